@@ -1,0 +1,1 @@
+"""safeattn: NaN-safe fused attention (forward + backward) in Triton."""
