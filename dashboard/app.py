@@ -1,0 +1,38 @@
+"""The safeattn dashboard: ``streamlit run dashboard/app.py``.
+
+A multipage app over asv's results directory. Every page only lays out widgets and
+charts; loading lives in :mod:`safeattn.regress.results`, verdicts in
+:mod:`safeattn.regress.compare`, and what each page shows in :mod:`dashboard.views`.
+"""
+
+import sys
+from pathlib import Path
+
+# `streamlit run` puts only this file's folder on sys.path; the pages import
+# `dashboard.*` and `safeattn.*` from this checkout, so put the repository root first.
+_REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+if _REPO_ROOT not in sys.path:
+    sys.path.insert(0, _REPO_ROOT)
+
+import streamlit as st  # noqa: E402
+
+from dashboard import state  # noqa: E402
+
+PAGES = {
+    "overview": "Overview",
+    "history": "History",
+    "compare": "Compare",
+    "peers": "Peers",
+    "resources": "Resources",
+    "numerics": "Numerics",
+}
+
+st.set_page_config(page_title="safeattn dashboard", page_icon="🛡️", layout="wide")
+navigation = st.navigation(
+    [
+        st.Page(f"pages/{name}.py", title=title, url_path=name, default=name == "overview")
+        for name, title in PAGES.items()
+    ]
+)
+state.sidebar()
+navigation.run()

@@ -1,0 +1,59 @@
+"""Compare: two commits side by side on one machine, with the gate's ratios,
+significance and verdicts (the same comparison and policy the gate uses)."""
+
+import streamlit as st
+
+from dashboard import state, views
+from safeattn.regress.compare import VERDICTS, compare
+
+st.title("Compare two commits")
+loaded = state.loaded_results()
+machine = state.machine_select(loaded)
+c1, c2 = st.columns(2)
+n_commits = len(views.commits_newest_first(loaded, machine))
+head = state.commit_select(loaded, machine, "Head (new)", "head", container=c1)
+base = state.commit_select(
+    loaded, machine, "Base (old)", "base", default_index=min(1, n_commits - 1), container=c2
+)
+if base == head:
+    st.info("Pick two different commits (this machine may have results for one commit only).")
+    st.stop()
+
+comparison = compare(loaded, base, head, machine, state.policy())
+counts = views.verdict_counts(comparison)
+blocking = counts["failure"] + counts["regression"] + counts["missing"]
+summary = ", ".join(f"{v}: {n}" for v, n in counts.items() if n)
+if blocking:
+    st.error(f"The gate would fail `{views.short(head)}` against `{views.short(base)}` — {summary}")
+else:
+    st.success(f"The gate would pass `{views.short(head)}` against `{views.short(base)}` — "
+               f"{summary}")
+cols = st.columns(len(VERDICTS))
+for col, verdict in zip(cols, VERDICTS, strict=True):
+    col.metric(verdict, counts[verdict])
+
+present = [v for v in VERDICTS if counts[v]]
+shown_verdicts = state.url_multiselect("Verdicts shown", present, "verdict")
+kinds = sorted(k for k in comparison["kind"].dropna().unique())
+shown_kinds = state.url_multiselect("Metric kinds shown", kinds, "kind")
+rows = comparison
+if shown_verdicts:
+    rows = rows[rows["verdict"].isin(shown_verdicts)]
+if shown_kinds:
+    rows = rows[rows["kind"].isin(shown_kinds)]
+order = {v: i for i, v in enumerate(VERDICTS)}
+rows = rows.assign(_order=rows["verdict"].map(order)).sort_values(
+    ["_order", "ratio"], ascending=[True, False]
+)
+st.dataframe(
+    rows[["verdict", "benchmark", "param_key", "base_value", "head_value", "unit", "ratio",
+          "p_value", "significant", "test", "reason"]],
+    hide_index=True,
+    column_config={
+        "ratio": st.column_config.NumberColumn(
+            "ratio", help="How many times worse head is than base (> 1 = worse), in the "
+            "metric's own direction.", format="%.3f"),
+        "p_value": st.column_config.NumberColumn("p", format="%.3g"),
+    },
+)
+st.caption(f"Policy: `{state.policy().source}`. {len(rows)} of {len(comparison)} rows shown.")

@@ -1,0 +1,65 @@
+"""Peers: safeattn against each peer implementation as ratios per shape, per GPU."""
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from dashboard import state, views
+
+st.title("safeattn against its peers")
+st.caption(
+    "Ratio = how many times worse safeattn is than the peer in the metric's own direction "
+    "(for a time: safeattn time ÷ peer time). Below 1, safeattn is ahead. Measured in the "
+    "same asv run, at each machine's selected commit."
+)
+loaded = state.loaded_results()
+machine_names = state.url_multiselect("Machines (GPUs)", views.machines(loaded), "machines")
+machine_names = machine_names or views.machines(loaded)
+
+frames = []
+for machine in machine_names:
+    newest = views.commits_newest_first(loaded, machine)[0]
+    frames.append(views.peer_ratios(loaded, machine, newest).assign(commit=newest[:8]))
+ratios = pd.concat(frames, ignore_index=True)
+if ratios.empty:
+    st.info("No benchmark here has both safeattn and a peer implementation (parameter `impl`).")
+    st.stop()
+
+labels = views.benchmark_labels(loaded)
+bench_names = [b for b in labels if b in set(ratios["benchmark"])]
+benchmark = state.url_select(
+    "Benchmark", bench_names, "benchmark", format_func=lambda b: f"{b} — {labels[b]}"
+)
+rows = ratios[ratios["benchmark"] == benchmark]
+peers = sorted(rows["peer"].unique())
+chosen = state.url_multiselect("Peers", peers, "peers") or peers
+rows = rows[rows["peer"].isin(chosen)]
+
+heat = (
+    alt.Chart(rows)
+    .mark_rect()
+    .encode(
+        x=alt.X("peer:N", title="peer"),
+        y=alt.Y("shape:N", title=None, axis=alt.Axis(labelLimit=500)),
+        color=alt.Color(
+            "ratio:Q", title="safeattn ÷ peer",
+            scale=alt.Scale(scheme="redyellowgreen", reverse=True, domainMid=1.0, type="log"),
+        ),
+        column=alt.Column("machine:N", title=None),
+        tooltip=["machine", "commit", "shape", "peer",
+                 alt.Tooltip("safeattn_value:Q", format=".4g"),
+                 alt.Tooltip("peer_value:Q", format=".4g"),
+                 alt.Tooltip("ratio:Q", format=".3f")],
+    )
+)
+st.altair_chart(heat)
+
+summary = (
+    rows.groupby(["machine", "peer"])["ratio"]
+    .agg(shapes="size", median="median", best="min", worst="max")
+    .reset_index()
+)
+st.subheader("Per machine and peer")
+st.dataframe(summary, hide_index=True)
+with st.expander("Every shape"):
+    st.dataframe(rows, hide_index=True)

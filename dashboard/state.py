@@ -1,0 +1,208 @@
+"""Streamlit glue shared by every page: which results directory, the cached load, the
+empty/bad-data messages, and widgets whose value lives in the URL (shareable views).
+
+Loading and computing stay in :mod:`safeattn.regress` and :mod:`dashboard.views`; this
+module only caches them and lays out the common parts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import streamlit as st
+
+from dashboard import views
+from safeattn.regress.compare import Policy, load_policy
+from safeattn.regress.results import LoadedResults, load_results, results_mtime
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_RESULTS_DIR = REPO_ROOT / "results"
+RESULTS_ENV = "SAFEATTN_RESULTS"
+_DIR_KEY = "results_dir"
+
+T = TypeVar("T")
+
+HOW_TO_PRODUCE = """\
+**No asv results in `{path}` yet.** Produce some from the repository root:
+
+```bash
+pip install -e '.[bench]'
+asv machine --yes
+asv run --python=same --set-commit-hash=$(git rev-parse HEAD)
+```
+
+or point the sidebar field (or the `{env}` environment variable) at another asv
+`results/` directory. To try the dashboard without a GPU, generate a small real run on
+CPU: `python -m dashboard.sample_results /tmp/sample` and use
+`/tmp/sample/project/results`.
+"""
+
+
+def sidebar() -> None:
+    """The results-directory field (default: ``$SAFEATTN_RESULTS`` or the repo's results/)."""
+    if _DIR_KEY not in st.session_state:
+        st.session_state[_DIR_KEY] = os.environ.get(RESULTS_ENV) or str(DEFAULT_RESULTS_DIR)
+    st.sidebar.text_input(
+        "asv results directory",
+        key=_DIR_KEY,
+        help=f"asv's results/ directory; default from ${RESULTS_ENV} or the repository's.",
+    )
+
+
+def results_dir() -> Path:
+    """The directory the sidebar names."""
+    raw = st.session_state.get(_DIR_KEY) or os.environ.get(RESULTS_ENV) or DEFAULT_RESULTS_DIR
+    return Path(str(raw)).expanduser()
+
+
+@st.cache_resource(show_spinner="Loading asv results…", max_entries=4)
+def _load(path: str, mtime: float) -> LoadedResults:
+    # Keyed on the directory's newest mtime: a new asv run shows up without a restart.
+    # cache_resource hands every session the same object (no copy per rerun): the pages
+    # and views only read it.
+    del mtime
+    return load_results(path)
+
+
+@st.cache_resource(max_entries=1)
+def policy() -> Policy:
+    """The gate's packaged policy: the dashboard judges exactly as the gate does."""
+    return load_policy()
+
+
+@st.cache_resource(show_spinner="Comparing each machine's newest commit…", max_entries=4)
+def _overview(path: str, mtime: float) -> list[views.MachineHealth]:
+    return views.overview(_load(path, mtime), policy())
+
+
+def _key() -> tuple[str, float]:
+    path = results_dir()
+    return str(path), results_mtime(path)
+
+
+def loaded_results() -> LoadedResults:
+    """The loaded results, after telling the reader about unreadable files.
+
+    Stops the page (``st.stop``) with a how-to when there is nothing to show.
+    """
+    path = results_dir()
+    if not path.is_dir():
+        st.error(f"Results directory `{path}` does not exist.")
+        st.markdown(HOW_TO_PRODUCE.format(path=path, env=RESULTS_ENV))
+        st.stop()
+    loaded = _load(*_key())
+    if loaded.problems:
+        with st.expander(
+            f"⚠️ {len(loaded.problems)} problem(s) reading `{path}`: the rest is shown",
+            expanded=loaded.table.empty,
+        ):
+            for problem in loaded.problems:
+                st.markdown(f"- `{problem}`")
+    if loaded.table.empty:
+        st.info(HOW_TO_PRODUCE.format(path=path, env=RESULTS_ENV))
+        st.stop()
+    return loaded
+
+
+def overview_health() -> list[views.MachineHealth]:
+    """:func:`views.overview` over the current results, cached like the load.
+
+    Call :func:`loaded_results` first: it shows the messages about missing or bad data.
+    """
+    return _overview(*_key())
+
+
+# ------------------------------------------------------------- URL-backed widgets
+# Each widget's initial value comes from the URL's query parameter and every change
+# is written back, so the address bar always reproduces the current view.
+
+
+def url_select(
+    label: str,
+    options: Sequence[T],
+    param: str,
+    format_func: Callable[[T], str] = str,
+    default_index: int = 0,
+    container: Any = None,
+) -> T:
+    """A select box backed by ``?param=``; an unknown URL value falls back to the default."""
+    container = container or st
+    as_text = [str(o) for o in options]
+    wanted = st.query_params.get(param)
+    index = as_text.index(wanted) if wanted in as_text else default_index
+    value = container.selectbox(label, options, index=index, format_func=format_func)
+    if value is not None:
+        st.query_params[param] = str(value)
+    return value
+
+
+def url_multiselect(
+    label: str, options: Sequence[T], param: str, container: Any = None
+) -> list[T]:
+    """A multiselect backed by repeated ``?param=a&param=b`` (empty = no filter)."""
+    container = container or st
+    wanted = set(st.query_params.get_all(param))
+    default = [o for o in options if str(o) in wanted]
+    chosen = container.multiselect(label, options, default=default, placeholder="all")
+    if chosen:
+        st.query_params[param] = [str(v) for v in chosen]
+    elif param in st.query_params:
+        del st.query_params[param]
+    return list(chosen)
+
+
+def url_int(label: str, param: str, default: int, lo: int, hi: int, container: Any = None) -> int:
+    """A number input backed by ``?param=`` (clamped to [lo, hi])."""
+    container = container or st
+    try:
+        initial = int(st.query_params.get(param, default))
+    except ValueError:
+        initial = default
+    initial = min(max(initial, lo), hi)
+    value = int(container.number_input(label, min_value=lo, max_value=hi, value=initial, step=1))
+    st.query_params[param] = str(value)
+    return value
+
+
+def url_toggle(label: str, param: str, default: bool, container: Any = None) -> bool:
+    """A toggle backed by ``?param=1|0``."""
+    container = container or st
+    raw = st.query_params.get(param)
+    initial = default if raw is None else raw == "1"
+    value = bool(container.toggle(label, value=initial))
+    st.query_params[param] = "1" if value else "0"
+    return value
+
+
+def machine_select(loaded: LoadedResults, container: Any = None) -> str:
+    """The GPU/machine picker every single-machine page shares (``?machine=``)."""
+    names = views.machines(loaded)
+    return url_select(
+        "Machine (GPU)", names, "machine",
+        format_func=lambda m: views.machine_title(loaded, m), container=container,
+    )
+
+
+def commit_select(
+    loaded: LoadedResults, machine: str, label: str, param: str, default_index: int = 0,
+    container: Any = None,
+) -> str:
+    """A commit picker (newest first) backed by ``?param=<sha prefix>``."""
+    shas = views.commits_newest_first(loaded, machine)
+    wanted = st.query_params.get(param, "")
+    index = default_index
+    if wanted:
+        # A shared link may carry a short prefix: match it like the gate does.
+        hits = [i for i, s in enumerate(shas) if s.startswith(wanted.lower())]
+        if len(hits) == 1:
+            index = hits[0]
+    index = min(index, len(shas) - 1)
+    container = container or st
+    value = container.selectbox(
+        label, shas, index=index, format_func=lambda s: views.commit_label(loaded, machine, s)
+    )
+    st.query_params[param] = value[:12]
+    return value
