@@ -1,0 +1,419 @@
+"""``safeattn-gate``: block a merge on performance, memory, resource or NaN regressions.
+
+Compares the asv results of two commits on every machine that has both, with the one
+comparison the dashboard also uses (:func:`safeattn.regress.compare.compare`), and exits
+
+- 0: pass — nothing blocking;
+- 1: regression — a regression, failure or vanished benchmark on some machine;
+- 2: usage or data error — missing results, unknown commit, unreadable files, an invalid
+  policy, nothing comparable. It fails closed: it never passes on data it could not read.
+
+Example::
+
+    safeattn-gate --results results --base origin/main --head HEAD --format markdown
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from safeattn.regress.compare import (
+    BLOCKING_VERDICTS,
+    DEFAULT_POLICY_PATH,
+    Policy,
+    compare,
+    load_policy,
+    resolve_commit,
+)
+from safeattn.regress.results import LoadedResults, load_results
+
+EXIT_PASS, EXIT_REGRESSION, EXIT_DATA_ERROR = 0, 1, 2
+# Verdicts that show the comparison actually happened; with none of them the gate has
+# compared nothing and must not pass.
+_COMPARED = frozenset({"failure", "missing", "regression", "improvement", "unchanged"})
+_MAX_TABLE_ROWS = 60  # a PR comment is limited to 65536 characters
+
+
+class GateDataError(Exception):
+    """Missing, unknown or unreadable input: the gate exits 2."""
+
+
+@dataclass
+class GateReport:
+    base: str
+    head: str
+    machines: list[str]
+    rows: pd.DataFrame  # compare() rows of every machine
+    policy_source: str
+    notes: list[str] = field(default_factory=list)  # e.g. machines with only one commit
+    warnings: list[str] = field(default_factory=list)  # unreadable files of other commits
+
+    @property
+    def blocking(self) -> pd.DataFrame:
+        return self.rows[self.rows["verdict"].isin(BLOCKING_VERDICTS)]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_REGRESSION if len(self.blocking) else EXIT_PASS
+
+
+def run_gate(
+    results_dir: str | Path,
+    base: str,
+    head: str,
+    machines: Sequence[str] | None = None,
+    policy_path: str | Path | None = None,
+) -> GateReport:
+    """Load, resolve and compare; raise GateDataError for anything that must exit 2."""
+    try:
+        policy = load_policy(policy_path)
+    except ValueError as exc:
+        raise GateDataError(str(exc)) from exc
+    try:
+        loaded = load_results(results_dir)
+    except FileNotFoundError as exc:
+        raise GateDataError(str(exc)) from exc
+
+    base_ref, head_ref = _git_sha_or_ref(base), _git_sha_or_ref(head)
+    relevant, other = _split_problems(loaded, [base_ref, head_ref], machines)
+    if relevant:
+        raise GateDataError(
+            "unreadable or corrupt result files for the compared commits "
+            "(re-run asv for them):\n  " + "\n  ".join(relevant)
+        )
+    try:
+        base_sha = resolve_commit(loaded, base_ref)
+        head_sha = resolve_commit(loaded, head_ref)
+    except ValueError as exc:
+        raise GateDataError(str(exc)) from exc
+
+    selected, notes = _select_machines(loaded, base_sha, head_sha, machines)
+    frames = [compare(loaded, base_sha, head_sha, m, policy) for m in selected]
+    rows = pd.concat(frames, ignore_index=True)
+    if not rows["verdict"].isin(_COMPARED).any():
+        counts = rows["verdict"].value_counts().to_dict()
+        raise GateDataError(
+            f"nothing comparable between {base_sha[:8]} and {head_sha[:8]} on {selected}: "
+            f"verdicts {counts}. Did the benchmarks fail on both commits?"
+        )
+    return GateReport(
+        base=base_sha,
+        head=head_sha,
+        machines=selected,
+        rows=rows,
+        policy_source=_policy_label(policy),
+        notes=notes,
+        warnings=other,
+    )
+
+
+def _git_sha_or_ref(ref: str) -> str:
+    """Branch names and ``HEAD~1`` are resolved with git (in the current directory); a
+    hex sha or prefix is passed through for :func:`resolve_commit`."""
+    if re.fullmatch(r"[0-9a-fA-F]{4,64}", ref.strip()):
+        return ref.strip()
+    try:
+        proc = subprocess.run(
+            ["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError as exc:
+        raise GateDataError(f"{ref!r} is not a sha and git is unavailable: {exc}") from exc
+    if proc.returncode != 0:
+        raise GateDataError(
+            f"unknown commit {ref!r}: not a sha, and `git rev-parse` in {Path.cwd()} "
+            "does not know it"
+        )
+    return proc.stdout.strip()
+
+
+def _split_problems(
+    loaded: LoadedResults, refs: list[str], machines: Sequence[str] | None
+) -> tuple[list[str], list[str]]:
+    """Problems that touch the compared commits (fatal) vs. the rest (warnings).
+
+    Result files are named ``<sha[:8]>-<env>.json``; benchmarks.json, machine.json and
+    sidecars of the machines involved count as touching every comparison.
+    """
+    prefixes = [r.lower()[:8] for r in refs]
+    relevant, other = [], []
+    for problem in loaded.problems:
+        path = problem.split(": ", 1)[0]
+        parts = path.split("/")
+        if len(parts) == 1:
+            touches = True  # benchmarks.json
+        else:
+            machine, name = parts[0], parts[-1]
+            in_scope = machines is None or machine in machines
+            is_result = re.match(r"^[0-9a-f]{8}-", name) is not None
+            touches = in_scope and (
+                not is_result or any(name.startswith(p) for p in prefixes)
+            )
+        (relevant if touches else other).append(problem)
+    return relevant, other
+
+
+def _select_machines(
+    loaded: LoadedResults, base: str, head: str, wanted: Sequence[str] | None
+) -> tuple[list[str], list[str]]:
+    commits = loaded.commits
+    having = {
+        sha: set(commits.loc[commits["commit"] == sha, "machine"]) for sha in (base, head)
+    }
+    both = sorted(having[base] & having[head])
+    notes = []
+    if wanted:
+        unknown = [m for m in wanted if m not in loaded.machines]
+        if unknown:
+            raise GateDataError(
+                f"unknown machine(s) {unknown}; machines in the results: {sorted(loaded.machines)}"
+            )
+        lacking = [m for m in wanted if m not in both]
+        if lacking:
+            detail = "; ".join(
+                f"{m}: base {'present' if m in having[base] else 'MISSING'}, "
+                f"head {'present' if m in having[head] else 'MISSING'}"
+                for m in lacking
+            )
+            raise GateDataError(f"no results for both commits on {detail}")
+        return list(dict.fromkeys(wanted)), notes
+    if not both:
+        raise GateDataError(
+            f"no machine has results for both commits: base {base[:8]} on "
+            f"{sorted(having[base]) or 'none'}, head {head[:8]} on {sorted(having[head]) or 'none'}"
+        )
+    for sha, label in ((base, "base"), (head, "head")):
+        for m in sorted(having[sha] - set(both)):
+            notes.append(f"machine {m} has results for the {label} only: not compared")
+    return both, notes
+
+
+def _policy_label(policy: Policy) -> str:
+    if Path(policy.source) == DEFAULT_POLICY_PATH:
+        return "default (safeattn/regress/policy.toml)"
+    return policy.source
+
+
+# ------------------------------------------------------------------------ rendering
+
+
+def _fmt_value(value: float, unit: str | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if unit == "seconds":
+        for scale, name in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+            if abs(value) >= scale:
+                return f"{value / scale:.3g} {name}"
+        return f"{value / 1e-9:.3g} ns"
+    if unit == "bytes":
+        for scale, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+            if abs(value) >= scale:
+                return f"{value / scale:.3g} {name}"
+        return f"{value:.0f} B"
+    if unit in ("fraction", "relative", "count", None, "unit"):
+        return f"{value:.4g}"
+    return f"{value:.4g} {unit}"
+
+
+def _fmt_ratio(ratio: float) -> str:
+    if ratio is None or math.isnan(ratio):
+        return "—"
+    return "∞" if math.isinf(ratio) else f"{ratio:.3f}×"
+
+
+def _fmt_significance(row: pd.Series) -> str:
+    test = row["test"]
+    if test == "mann-whitney":
+        return f"p={row['p_value']:.2g}"
+    if test == "ci-overlap":
+        return "CIs apart" if row["significant"] else "CIs overlap"
+    if test == "ratio-only":
+        return "no stats"
+    if test == "threshold":
+        return "exact"
+    return "—"
+
+
+def _table_rows(rows: pd.DataFrame, multi_machine: bool) -> list[list[str]]:
+    out = []
+    for _, r in rows.iterrows():
+        cells = [r["verdict"], f"`{r['benchmark']}`", r["param_key"] or "—",
+                 _fmt_value(r["base_value"], r["unit"]), _fmt_value(r["head_value"], r["unit"]),
+                 _fmt_ratio(r["ratio"]), _fmt_significance(r), r["reason"]]
+        if multi_machine:
+            cells.insert(1, r["machine"])
+        out.append(cells)
+    return out
+
+
+def _headers(multi_machine: bool) -> list[str]:
+    cols = ["verdict", "benchmark", "parameters", "base", "head", "ratio (>1 worse)",
+            "significance", "why"]
+    if multi_machine:
+        cols.insert(1, "machine")
+    return cols
+
+
+def _md_table(rows: pd.DataFrame, multi_machine: bool) -> list[str]:
+    def cell(text: str) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    shown = rows.head(_MAX_TABLE_ROWS)
+    lines = ["| " + " | ".join(_headers(multi_machine)) + " |",
+             "|" + "---|" * len(_headers(multi_machine))]
+    lines += ["| " + " | ".join(cell(c) for c in cells) + " |"
+              for cells in _table_rows(shown, multi_machine)]
+    if len(rows) > len(shown):
+        lines.append(f"\n… and {len(rows) - len(shown)} more (run with --format json for all)")
+    return lines
+
+
+def _verdict_summary(report: GateReport) -> str:
+    counts = report.rows["verdict"].value_counts()
+    parts = [f"{counts[v]} {v}" for v in ("regression", "failure", "missing") if v in counts]
+    return ", ".join(parts) if parts else "no regressions"
+
+
+def _sections(report: GateReport) -> dict[str, pd.DataFrame]:
+    rows = report.rows
+    order = {"failure": 0, "missing": 1, "regression": 2}
+    blocking = report.blocking.sort_values(
+        ["verdict", "ratio"], key=lambda s: s.map(order) if s.name == "verdict" else -s
+    )
+    improvements = rows[rows["verdict"] == "improvement"].sort_values("ratio")
+    not_comparable = rows[rows["verdict"].isin(["not_comparable", "new"])]
+    return {"blocking": blocking, "improvements": improvements, "not_comparable": not_comparable}
+
+
+def render_markdown(report: GateReport) -> str:
+    """A pull-request comment: verdict first, then regressions, improvements, the rest."""
+    multi = len(report.machines) > 1
+    passed = report.exit_code == EXIT_PASS
+    sections = _sections(report)
+    lines = [
+        f"## safeattn-gate: {'✅ PASS' if passed else '❌ FAIL'} — {_verdict_summary(report)}",
+        "",
+        f"base `{report.base[:10]}` → head `{report.head[:10]}` · machines: "
+        + ", ".join(f"`{m}`" for m in report.machines)
+        + f" · policy: {report.policy_source}",
+        "",
+    ]
+    if len(sections["blocking"]):
+        lines += ["### Regressions and failures", "", *_md_table(sections["blocking"], multi)]
+        lines.append("")
+    if len(sections["improvements"]):
+        lines += ["### Improvements", "", *_md_table(sections["improvements"], multi)]
+        lines.append("")
+    counts = report.rows["verdict"].value_counts().to_dict()
+    lines.append(
+        f"{counts.get('unchanged', 0)} unchanged, {counts.get('context', 0)} peer rows "
+        "(context, never blocking)."
+    )
+    lines.append("")
+    if len(sections["not_comparable"]) or report.notes or report.warnings:
+        lines += ["### Not comparable", ""]
+        lines += [f"- {n}" for n in report.notes + report.warnings]
+        if len(sections["not_comparable"]):
+            lines += ["", "<details><summary>"
+                      f"{len(sections['not_comparable'])} rows without a verdict</summary>", ""]
+            lines += _md_table(sections["not_comparable"], multi)
+            lines += ["", "</details>"]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def render_text(report: GateReport) -> str:
+    """Plain text for a terminal or a CI log."""
+    multi = len(report.machines) > 1
+    passed = report.exit_code == EXIT_PASS
+    sections = _sections(report)
+    lines = [
+        f"safeattn-gate: {'PASS' if passed else 'FAIL'} — {_verdict_summary(report)}",
+        f"base {report.base[:10]} -> head {report.head[:10]} on {', '.join(report.machines)}"
+        f" (policy: {report.policy_source})",
+    ]
+    titles = {"blocking": "Regressions and failures", "improvements": "Improvements",
+              "not_comparable": "Not comparable"}
+    for key, title in titles.items():
+        rows = sections[key]
+        if not len(rows):
+            continue
+        lines += ["", f"{title}:"]
+        for cells in _table_rows(rows, multi):
+            verdict, *rest = cells
+            lines.append(f"  [{verdict}] " + " | ".join(c.strip("`") for c in rest))
+    for note in report.notes + report.warnings:
+        lines.append(f"note: {note}")
+    return "\n".join(lines) + "\n"
+
+
+def render_json(report: GateReport) -> str:
+    """Everything, machine-readable (NaN -> null)."""
+    def clean(value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+        return value
+
+    rows = [{k: clean(v) for k, v in r.items()} for r in report.rows.to_dict("records")]
+    payload = {
+        "verdict": "pass" if report.exit_code == EXIT_PASS else "fail",
+        "exit_code": report.exit_code,
+        "base": report.base,
+        "head": report.head,
+        "machines": report.machines,
+        "policy": report.policy_source,
+        "counts": report.rows["verdict"].value_counts().to_dict(),
+        "notes": report.notes,
+        "warnings": report.warnings,
+        "rows": rows,
+    }
+    return json.dumps(payload, indent=2, default=str) + "\n"
+
+
+RENDERERS = {"text": render_text, "markdown": render_markdown, "json": render_json}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="safeattn-gate",
+        description="Compare the asv results of two commits and block on regressions. "
+        "Exit 0 pass, 1 regression, 2 usage or data error.",
+    )
+    parser.add_argument("--results", required=True, help="asv results directory")
+    parser.add_argument("--base", required=True, help="base commit (sha, prefix or git ref)")
+    parser.add_argument("--head", required=True, help="head commit (sha, prefix or git ref)")
+    parser.add_argument(
+        "--machine", action="append", default=None,
+        help="asv machine name (repeatable; default: every machine with both commits)",
+    )
+    parser.add_argument("--policy", default=None, help="policy TOML (default: packaged)")
+    parser.add_argument("--format", choices=sorted(RENDERERS), default="text")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``safeattn-gate``; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        report = run_gate(args.results, args.base, args.head, args.machine, args.policy)
+    except GateDataError as exc:
+        print(f"safeattn-gate: error: {exc}", file=sys.stderr)
+        return EXIT_DATA_ERROR
+    sys.stdout.write(RENDERERS[args.format](report))
+    return report.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
