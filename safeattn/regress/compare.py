@@ -349,7 +349,10 @@ def compare(
     for key in sorted(set(base_map) | set(head_map)):
         b, h = base_map.get(key), head_map.get(key)
         out.append(_judge(b, h, machine, arch, policy))
-    return pd.DataFrame.from_records(out, columns=list(COMPARE_COLUMNS))
+    frame = pd.DataFrame.from_records(out, columns=list(COMPARE_COLUMNS))
+    # object dtype: significant stays True/False/None (None = no test applied).
+    frame["significant"] = frame["significant"].astype(object)
+    return frame
 
 
 def _kind_of(benchmark: str, metric: str | None) -> str | None:

@@ -1,0 +1,321 @@
+"""safeattn.regress.compare: statistics, policy, commit resolution and verdicts, on the
+real asv results of the toy project from test_results.py."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import pandas as pd
+import pytest
+from test_results import TOY_MACHINE, toy_results
+
+from safeattn.gpu_limits import ARCHS
+from safeattn.regress.compare import (
+    BLOCKING_VERDICTS,
+    COMPARE_COLUMNS,
+    VERDICTS,
+    _ratio,
+    compare,
+    load_policy,
+    machine_arch,
+    mann_whitney_u,
+    parent_commit,
+    resolve_commit,
+)
+from safeattn.regress.results import LoadedResults, load_results
+
+SPEED = "suite.SpeedSuite.time_forward"
+NONFINITE = "suite.NumericsSuite.track_nonfinite_rate"
+WRONG = "suite.NumericsSuite.track_wrong_result_rate"
+STATIC_SMEM = "suite.StaticResourceSuite.track_shared_bytes"
+LIVE_SMEM = "suite.LiveResourceSuite.track_shared_bytes"
+EXTRA = "suite.ExtraSuite.track_registers"
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    results, shas = toy_results(tmp_path_factory)
+    return load_results(results), shas
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return load_policy()
+
+
+def _row(frame: pd.DataFrame, benchmark: str, param_key: str = "") -> pd.Series:
+    rows = frame[(frame["benchmark"] == benchmark) & (frame["param_key"] == param_key)]
+    assert len(rows) == 1, f"{benchmark} [{param_key}]: {len(rows)} rows"
+    return rows.iloc[0]
+
+
+# ---------------------------------------------------------------- statistics
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_mann_whitney_matches_scipy(seed):
+    stats = pytest.importorskip("scipy.stats")
+    rng = random.Random(seed)
+    for _ in range(40):
+        n1, n2 = rng.randint(1, 15), rng.randint(1, 30)
+        shift = rng.choice([0.0, 0.2, 1.0])
+        x = [rng.gauss(0, 1) for _ in range(n1)]
+        y = [rng.gauss(shift, 1) for _ in range(n2)]
+        u, p = mann_whitney_u(x, y)
+        method = "exact" if max(n1, n2) <= 20 else "asymptotic"
+        ref = stats.mannwhitneyu(x, y, alternative="two-sided", method=method)
+        assert u == pytest.approx(ref.statistic)
+        assert p == pytest.approx(ref.pvalue, rel=1e-9), (n1, n2, method)
+
+
+def test_mann_whitney_with_ties_matches_scipy_asymptotic():
+    stats = pytest.importorskip("scipy.stats")
+    rng = random.Random(7)
+    for _ in range(40):
+        x = [rng.randint(0, 4) for _ in range(rng.randint(2, 12))]
+        y = [rng.randint(1, 5) for _ in range(rng.randint(2, 12))]
+        if len(set(x + y)) == 1:
+            continue
+        u, p = mann_whitney_u(x, y)
+        ref = stats.mannwhitneyu(x, y, alternative="two-sided", method="asymptotic")
+        assert (u, p) == (pytest.approx(ref.statistic), pytest.approx(ref.pvalue, rel=1e-9))
+
+
+def test_mann_whitney_edge_cases():
+    assert mann_whitney_u([1.0, 1.0], [1.0, 1.0]) == (2.0, 1.0)
+    _, p = mann_whitney_u(list(range(10)), list(range(100, 110)))
+    assert p == pytest.approx(2 / math.comb(20, 10))
+    with pytest.raises(ValueError, match="non-empty"):
+        mann_whitney_u([], [1.0])
+
+
+def test_ratio_is_direction_aware():
+    assert _ratio(2.0, 3.0, "lower") == pytest.approx(1.5)
+    assert _ratio(2.0, 3.0, "higher") == pytest.approx(2 / 3)
+    assert _ratio(0.0, 0.0, "lower") == 1.0
+    assert _ratio(0.0, 64.0, "lower") == math.inf  # a first spill is infinitely worse
+    assert _ratio(64.0, 0.0, "lower") == 0.0
+
+
+# -------------------------------------------------------------------- policy
+
+
+def test_default_policy_covers_every_kind(policy):
+    assert set(policy.kinds) == {"speed", "memory", "resource", "accuracy", "safety"}
+    assert policy.kinds["speed"].max_ratio > 1.0
+    assert 0 < policy.kinds["speed"].alpha < 0.1
+
+
+def test_policy_file_overrides_only_what_it_says(tmp_path, policy):
+    path = tmp_path / "p.toml"
+    path.write_text("[speed]\nmax_ratio = 1.5\n")
+    custom = load_policy(path)
+    assert custom.kinds["speed"].max_ratio == 1.5
+    assert custom.kinds["speed"].alpha == policy.kinds["speed"].alpha
+    assert custom.kinds["memory"] == policy.kinds["memory"]
+    assert custom.source == str(path)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[sped]\nmax_ratio = 1.5\n", r"unknown section\(s\) \['sped'\]"),
+        ("[speed]\nmax_raito = 1.5\n", r"unknown key\(s\) \['max_raito'\]"),
+        ("[speed]\nmax_ratio = 0.9\n", "max_ratio must be >= 1.0"),
+        ("[speed]\nalpha = 2\n", r"alpha must be in \(0, 1\)"),
+        ("[speed\n", "not valid TOML"),
+    ],
+    ids=["typo-section", "typo-key", "ratio-below-1", "alpha-out-of-range", "bad-toml"],
+)
+def test_bad_policy_files_are_rejected(tmp_path, text, message):
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        load_policy(path)
+
+
+def test_missing_policy_file_is_rejected(tmp_path):
+    with pytest.raises(ValueError, match="cannot read policy file"):
+        load_policy(tmp_path / "absent.toml")
+
+
+# ------------------------------------------------------------------- commits
+
+
+def test_resolve_commit_accepts_full_sha_and_prefix(toy):
+    loaded, shas = toy
+    sha = shas["slow"]
+    assert resolve_commit(loaded, sha) == sha
+    assert resolve_commit(loaded, sha[:10].upper(), TOY_MACHINE) == sha
+
+
+def test_resolve_commit_rejects_unknown_ambiguous_and_non_sha(toy):
+    loaded, _ = toy
+    with pytest.raises(ValueError, match="no results for commit 'deadbeef'"):
+        resolve_commit(loaded, "deadbeef")
+    with pytest.raises(ValueError, match="not a commit sha"):
+        resolve_commit(loaded, "main")
+    with pytest.raises(ValueError, match="no results for commit"):
+        resolve_commit(loaded, loaded.commits["commit"].iloc[0], machine="other-machine")
+    commits = pd.DataFrame({
+        "machine": ["m", "m"],
+        "commit": ["abcd1234" + "0" * 32, "abcd5678" + "0" * 32],
+        "date": pd.to_datetime([0, 1], unit="s", utc=True),
+        "order": [0, 1],
+    })
+    ambiguous = LoadedResults(table=loaded.table.iloc[:0], commits=commits)
+    with pytest.raises(ValueError, match="ambiguous"):
+        resolve_commit(ambiguous, "abcd")
+
+
+def test_parent_commit_follows_commit_order(toy):
+    loaded, shas = toy
+    names = list(shas)
+    assert parent_commit(loaded, shas["base"], TOY_MACHINE) is None
+    for before, after in itertools.pairwise(names):
+        assert parent_commit(loaded, shas[after], TOY_MACHINE) == shas[before]
+    assert parent_commit(loaded, "0" * 40, TOY_MACHINE) is None
+
+
+@pytest.mark.parametrize(
+    "info, arch",
+    [
+        ({"arch": "x86_64", "sidecars": {"gpu.json": {"compute_capability": "9.0"}}}, "sm90"),
+        ({"sidecars": {"env.json": {"gpu": {"capability": [8, 6]}}}}, "sm86"),
+        ({"sidecars": {"env.json": {"gpu_arch": "sm_80"}}}, "sm80"),
+        ({"cuda_arch": 89, "sidecars": {}}, "sm89"),
+        ({"arch": "x86_64", "sidecars": {}}, None),
+    ],
+    ids=["capability-string", "capability-pair", "sm-name", "int", "cpu-only"],
+)
+def test_machine_arch(info, arch):
+    assert machine_arch(info) == arch
+
+
+# ------------------------------------------------------------------- verdicts
+
+
+def test_unchanged_head_raises_no_false_alarm(toy, policy):
+    loaded, shas = toy
+    result = compare(loaded, shas["base"], shas["same"], TOY_MACHINE, policy)
+    assert list(result.columns) == list(COMPARE_COLUMNS)
+    assert set(result["verdict"]) <= set(VERDICTS)
+    assert not result["verdict"].isin(BLOCKING_VERDICTS).any(), result[["benchmark", "reason"]]
+    speed = _row(result, SPEED, "impl=safeattn head_dim=64")
+    assert speed["test"] == "mann-whitney" and speed["verdict"] == "unchanged"
+    assert 0 <= speed["p_value"] <= 1
+    # The peer's non-finite rate is 0.5 on both: context, never a failure.
+    peer = _row(result, NONFINITE, "impl=flex family=all_masked")
+    assert peer["verdict"] == "context" and peer["peer"]
+
+
+def test_slowdown_is_a_significant_regression(toy, policy):
+    loaded, shas = toy
+    result = compare(loaded, shas["base"][:8], shas["slow"][:8], TOY_MACHINE, policy)
+    speed = _row(result, SPEED, "impl=safeattn head_dim=64")
+    assert speed["verdict"] == "regression", speed["reason"]
+    assert speed["significant"] is True and speed["p_value"] < policy.kinds["speed"].alpha
+    assert 1.6 < speed["ratio"] < 2.4  # 10 ms vs 5 ms sleeps
+    blocking = result[result["verdict"].isin(BLOCKING_VERDICTS)]
+    assert list(blocking["benchmark"]) == [SPEED]
+    # The other way round it is an improvement.
+    back = compare(loaded, shas["slow"], shas["base"], TOY_MACHINE, policy)
+    assert _row(back, SPEED, "impl=safeattn head_dim=64")["verdict"] == "improvement"
+
+
+def test_any_nonfinite_rate_above_zero_fails_whatever_the_base(toy, policy):
+    loaded, shas = toy
+    result = compare(loaded, shas["base"], shas["nan"], TOY_MACHINE, policy)
+    failures = result[result["verdict"] == "failure"]
+    assert set(failures["benchmark"]) == {NONFINITE}
+    assert set(failures["param_key"]) == {
+        "impl=safeattn family=left_pad_causal", "impl=safeattn family=all_masked"}
+    assert "must be 0" in failures["reason"].iloc[0]
+    # Even against itself (the base already had it) it stays a failure.
+    same = compare(loaded, shas["nan"], shas["nan"], TOY_MACHINE, policy)
+    assert set(same.loc[same["verdict"] == "failure", "benchmark"]) == {NONFINITE}
+
+
+def test_broken_head_failures_limits_and_vanished_benchmarks(toy, policy):
+    loaded, shas = toy
+    result = compare(loaded, shas["base"], shas["broken"], TOY_MACHINE, policy)
+    crashed = _row(result, WRONG, "impl=safeattn family=all_masked")
+    assert crashed["verdict"] == "failure" and "failed on head" in crashed["reason"]
+    assert _row(result, WRONG, "impl=flex family=all_masked")["verdict"] == "context"
+    # 120000 bytes fit sm80 (an increase: a regression) but not sm86.
+    sm80 = _row(result, STATIC_SMEM, "arch=sm80")
+    assert sm80["verdict"] == "regression" and sm80["ratio"] == pytest.approx(120_000 / 65_536)
+    sm86 = _row(result, STATIC_SMEM, "arch=sm86")
+    assert sm86["verdict"] == "failure"
+    assert str(ARCHS["sm86"].smem_optin_bytes) in sm86["reason"]
+    # The live row has no arch parameter: the machine sidecar says sm86.
+    assert _row(result, LIVE_SMEM)["verdict"] == "failure"
+    assert _row(result, EXTRA)["verdict"] == "missing"
+    # Reversed, the benchmark that only head has is new, not a failure.
+    back = compare(loaded, shas["broken"], shas["base"], TOY_MACHINE, policy)
+    assert _row(back, EXTRA)["verdict"] == "new"
+    assert _row(back, WRONG, "impl=safeattn family=all_masked")["verdict"] == "not_comparable"
+
+
+def test_skipped_on_both_is_not_comparable_and_nan_on_head_fails(toy, policy):
+    loaded, shas = toy
+    result = compare(loaded, shas["base"], shas["same"], TOY_MACHINE, policy)
+    skipped = _row(result, "suite.SkippedSuite.track_max_rel_error", "impl=flex")
+    assert skipped["verdict"] == "context" and "skipped on base" in skipped["reason"]
+    # A head whose safeattn row turned NaN (asv's "skipped") while base had a value.
+    table = loaded.table.copy()
+    mask = ((table["commit"] == shas["same"]) & (table["benchmark"] == SPEED)
+            & (table["impl"] == "safeattn"))
+    table.loc[mask, "value"] = math.nan
+    table.loc[mask, "status"] = "skipped"
+    nan_head = LoadedResults(table, loaded.machines, loaded.commits, [])
+    result = compare(nan_head, shas["base"], shas["same"], TOY_MACHINE, policy)
+    row = _row(result, SPEED, "impl=safeattn head_dim=64")
+    assert row["verdict"] == "failure" and "NaN or skipped on head" in row["reason"]
+
+
+def _without(loaded: LoadedResults, *columns: str) -> LoadedResults:
+    table = loaded.table.copy()
+    for column in columns:
+        table[column] = None if column == "samples" else math.nan
+    return LoadedResults(table, loaded.machines, loaded.commits, loaded.problems)
+
+
+def test_ci_overlap_fallback_without_samples(toy, policy):
+    loaded, shas = toy
+    no_samples = _without(loaded, "samples")
+    result = compare(no_samples, shas["base"], shas["slow"], TOY_MACHINE, policy)
+    speed = _row(result, SPEED, "impl=safeattn head_dim=64")
+    assert speed["test"] == "ci-overlap" and speed["significant"] is True
+    assert speed["verdict"] == "regression"
+    same = compare(no_samples, shas["base"], shas["same"], TOY_MACHINE, policy)
+    assert _row(same, SPEED, "impl=safeattn head_dim=64")["verdict"] == "unchanged"
+
+
+def test_ratio_only_without_samples_or_intervals(toy, policy):
+    loaded, shas = toy
+    bare = _without(loaded, "samples", "ci_low", "ci_high")
+    result = compare(bare, shas["base"], shas["slow"], TOY_MACHINE, policy)
+    speed = _row(result, SPEED, "impl=safeattn head_dim=64")
+    assert speed["test"] == "ratio-only" and speed["significant"] is None
+    assert speed["verdict"] == "regression"
+    assert str(policy.kinds["speed"].max_ratio_without_stats) in speed["reason"]
+
+
+def test_not_significant_slowdown_is_not_flagged(toy, tmp_path):
+    loaded, shas = toy
+    path = tmp_path / "strict.toml"
+    path.write_text("[speed]\nalpha = 1e-9\n")  # unreachable with 10 vs 10 samples
+    result = compare(loaded, shas["base"], shas["slow"], TOY_MACHINE, load_policy(path))
+    speed = _row(result, SPEED, "impl=safeattn head_dim=64")
+    assert speed["verdict"] == "unchanged" and "not significant" in speed["reason"]
+
+
+def test_compare_rejects_unknown_machine_and_commit(toy, policy):
+    loaded, shas = toy
+    with pytest.raises(ValueError, match="no results for machine 'gpu-x'"):
+        compare(loaded, shas["base"], shas["slow"], "gpu-x", policy)
+    with pytest.raises(ValueError, match="no results for commit"):
+        compare(loaded, shas["base"], "f" * 40, TOY_MACHINE, policy)
