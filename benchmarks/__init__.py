@@ -1,0 +1,1 @@
+"""safeattn's asv benchmark suites (speed, memory, resources, numerics); see run.py."""

@@ -1,0 +1,278 @@
+"""Helpers shared by the asv suites (a private module: asv imports it but finds no benchmark).
+
+Three decisions every suite follows, made once here:
+
+1. **Measure once per run, report per parameter.** asv runs every benchmark × parameter
+   combination in a fresh process. A GPU suite instead measures its whole grid in
+   ``setup_cache`` (one process: one CUDA context, one compile/autotune of each kernel) and
+   its ``track_*`` methods only look their value up. The track processes therefore never
+   import torch: this module and the suites import it lazily, inside functions.
+2. **Samples, not just a number.** A ``track_*`` method that returns
+   ``{"samples": [...], "number": 1}`` is stored by asv exactly like a ``time_*`` result: the
+   median as the value, plus its 99 % confidence interval, quartiles and repeat count
+   (``asv/runner.py`` parses that dict for every benchmark type; ``asv run
+   --record-samples`` keeps the raw samples too). :func:`sample_result` builds it.
+3. **Cannot run means NaN with a reason.** A combination that a commit or a peer cannot run
+   (a peer without GQA, a family this commit's package lacks) is stored by ``setup_cache`` as
+   a :class:`Missing` reason; :func:`lookup` prints it to stderr and raises
+   ``NotImplementedError``, which asv records as NaN (skipped), not as a failure.
+
+The grids (family names, kernel names, shapes) are fixed in the suites, not read from the
+package: asv benchmarks old commits with the current suite, and a commit whose package
+lacks a name must produce NaN for it, not a different grid.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import math
+import os
+import sys
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+# Quick mode (``python benchmarks/run.py --quick``, the CI test): fewer timing samples and
+# trials. It changes how long a number is measured for, never which numbers exist.
+QUICK_ENV = "SAFEATTN_BENCH_QUICK"
+
+# A setup_cache measures a whole grid; asv's default 60 s timeout is per benchmark process.
+GRID_TIMEOUT_S = 1800
+
+
+def _load_truth(relative: str, module_name: str):
+    """Load one of the package's dependency-free single sources of truth by file path.
+
+    Importing ``safeattn.regress.metrics`` would run ``safeattn/__init__`` and so import
+    torch in every benchmark process (see :func:`cuda_usable`). Loading from *this* checkout
+    also gives the suite's own commit's table, not that of the commit under test.
+    """
+    path = Path(__file__).resolve().parent.parent / "safeattn" / relative
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"benchmarks: cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses look their module up while executing it
+    spec.loader.exec_module(module)
+    return module
+
+
+metrics = _load_truth("regress/metrics.py", "_safeattn_bench_metrics")
+gpu_limits = _load_truth("gpu_limits.py", "_safeattn_bench_gpu_limits")
+
+
+def tracks_metric(method):
+    """Decorator for ``track_<metric>`` methods: checks ``<metric>`` is in the metric
+    registry and sets asv's ``unit`` from it, so names and units have one source."""
+    name = method.__name__.removeprefix("track_")
+    if name not in metrics.METRICS:
+        raise ValueError(f"benchmarks: {method.__qualname__} tracks no metric of METRICS")
+    method.unit = metrics.METRICS[name].unit
+    return method
+
+
+def quick() -> bool:
+    """True when the run was started in quick mode (fewer samples, same grid)."""
+    return os.environ.get(QUICK_ENV, "") == "1"
+
+
+@cache
+def cuda_usable() -> bool:
+    """Whether torch can use a CUDA GPU here, decided *without importing torch*.
+
+    Every benchmark process evaluates the parameter grids at import, and importing torch
+    costs ~1-2 s; with hundreds of track processes per commit that would dominate the run.
+    The check: torch is a CUDA build (its ``lib/libtorch_cuda.so`` exists), the driver's
+    NVML library reports at least one GPU, and ``CUDA_VISIBLE_DEVICES`` does not hide them
+    all. The GPU suites' ``setup_cache`` confirms with ``torch.cuda.is_available()``.
+    """
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    torch_dir = Path(next(iter(spec.submodule_search_locations)))
+    if not any((torch_dir / "lib").glob("libtorch_cuda*.so")):
+        return False
+    return _nvml_device_count() > 0
+
+
+def _nvml_device_count() -> int:
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_uint(0)
+    if nvml.nvmlInit_v2() != 0:
+        return 0
+    try:
+        if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+            return 0
+        return int(count.value)
+    finally:
+        nvml.nvmlShutdown()
+
+
+def require_cuda() -> None:
+    """Called at the top of a GPU setup_cache: fail with a clear message, not a CUDA error."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "benchmarks: this machine looked CUDA-capable (torch CUDA build + an NVIDIA GPU "
+            "via NVML) but torch.cuda.is_available() is False.\n"
+            "HINT: check the driver and CUDA_VISIBLE_DEVICES; on a CPU-only machine only the "
+            "CPU suites are in the grid."
+        )
+
+
+def use_interpreter() -> None:
+    """Run safeattn's Triton kernels under Triton's interpreter in this process.
+
+    Must happen before safeattn is imported (Triton chooses interpreter or compiler when a
+    kernel is decorated). The CPU suites call it first thing in setup_cache.
+    """
+    if "safeattn" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError(
+            "benchmarks: safeattn was imported before TRITON_INTERPRET=1 was set, so its "
+            "kernels are compiled for a GPU, not interpreted; a CPU suite cannot run here."
+        )
+    os.environ["TRITON_INTERPRET"] = "1"
+
+
+@dataclass(frozen=True)
+class Missing:
+    """Why a grid entry has no value (stored in the setup_cache result instead of one)."""
+
+    reason: str
+
+
+def reason_of(exc: BaseException) -> str:
+    """A one-line reason from an exception (first line of its message)."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def lookup(cache: dict, key: tuple) -> Any:
+    """The value measured for ``key`` in setup_cache, or NaN (skip) with the reason on stderr."""
+    value = cache.get(key, Missing(f"no measurement for {key} (grid changed mid-run?)"))
+    if isinstance(value, Missing):
+        print(f"not measured {key}: {value.reason}", file=sys.stderr)
+        raise NotImplementedError(value.reason)
+    return value
+
+
+def sample_result(samples: list[float]) -> dict:
+    """asv's samples protocol: asv stores the median with its statistics (see module doc)."""
+    clean = [float(s) for s in samples]
+    if not clean or not all(math.isfinite(s) for s in clean):
+        raise ValueError(f"benchmarks: timing samples must be finite and non-empty, got {clean}")
+    return {"samples": clean, "number": 1}
+
+
+def dtype_of(name: str):
+    """``"bfloat16"`` -> ``torch.bfloat16``."""
+    import torch
+
+    return getattr(torch, name)
+
+
+# --- GPU attention problems and implementations (speed and memory suites) ---------------
+
+
+def gpu_problem(seq_len: int, head_dim: int, gqa: int) -> tuple[int, int, int]:
+    """(batch, query heads, key/value heads) of a GPU benchmark shape, as DESIGN.md fixes them:
+    B = 16384 // N tokens per batch and Hq = 2048 // D so that work per call is constant
+    across shapes; ``gqa`` query heads share one key/value head."""
+    heads_q = 2048 // head_dim
+    return 16384 // seq_len, heads_q, heads_q // gqa
+
+
+def attention_inputs(impl: str, dtype_name: str, seq_len: int, head_dim: int, gqa: int):
+    """q (B, Hq, N, D), k and v (B, Hkv, N, D) and an upstream gradient (B, Hq, N, D), all
+    contiguous on cuda:0, q/k/v requiring grad. Seeded: every impl sees the same values."""
+    import torch
+
+    batch, heads_q, heads_kv = gpu_problem(seq_len, head_dim, gqa)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    dtype = dtype_of(dtype_name)
+
+    def randn(heads: int):
+        return torch.randn(
+            batch, heads, seq_len, head_dim, device="cuda", dtype=dtype, generator=gen
+        )
+
+    q, k, v = randn(heads_q), randn(heads_kv), randn(heads_kv)
+    grad_out = randn(heads_q)
+    for t in (q, k, v):
+        t.requires_grad_(True)
+    return q, k, v, grad_out
+
+
+_SDPA_BACKENDS = {
+    "sdpa_flash": "FLASH_ATTENTION",
+    "sdpa_cudnn": "CUDNN_ATTENTION",
+    "sdpa_efficient": "EFFICIENT_ATTENTION",
+    "sdpa_math": "MATH",
+}
+
+
+def impl_context(impl: str):
+    """The context manager a measurement of ``impl`` runs inside: the SDPA peers pin their
+    backend with ``torch.nn.attention.sdpa_kernel`` (entered once, outside the timed calls)."""
+    from contextlib import nullcontext
+
+    if impl in _SDPA_BACKENDS:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        return sdpa_kernel([getattr(SDPBackend, _SDPA_BACKENDS[impl])])
+    return nullcontext()
+
+
+def attention_call(impl: str, causal: bool, seq_len: int, gqa: int):
+    """``fn(q, k, v) -> out`` for ``impl`` ("safeattn" or a peer of
+    ``safeattn.regress.metrics.PEERS``), causal meaning top-left as in SDPA's ``is_causal``
+    (square shapes here, so top-left and bottom-right agree)."""
+    import torch
+
+    if impl == "safeattn":
+        import safeattn
+
+        return lambda q, k, v: safeattn.attention(q, k, v, causal=causal)
+    if impl in _SDPA_BACKENDS:
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        enable_gqa = gqa > 1
+        return lambda q, k, v: sdpa(q, k, v, is_causal=causal, enable_gqa=enable_gqa)
+    if impl == "flex":
+        flex = _compiled_flex()
+        block_mask = _causal_block_mask(seq_len) if causal else None
+        enable_gqa = gqa > 1
+        return lambda q, k, v: flex(q, k, v, block_mask=block_mask, enable_gqa=enable_gqa)
+    raise ValueError(f"benchmarks: unknown impl {impl!r}")
+
+
+@cache
+def _compiled_flex():
+    """FlexAttention compiled once per process. Dynamo's recompile limit (8 by default) is
+    raised: past it, dynamo silently falls back to an eager path that materialises the
+    whole score matrix (DESIGN.md, known pitfalls), and we would time that instead."""
+    import torch
+    import torch._dynamo.config as dynamo_config
+    from torch.nn.attention.flex_attention import flex_attention
+
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(dynamo_config, name):
+            setattr(dynamo_config, name, 1024)
+    return torch.compile(flex_attention, dynamic=False)
+
+
+@cache
+def _causal_block_mask(seq_len: int):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    return create_block_mask(causal, None, None, seq_len, seq_len, device="cuda")

@@ -1,0 +1,179 @@
+"""Numerics: non-finite rate, wrong-result rate and max relative error vs the float64
+reference, per adversarial family (``safeattn.families``) × implementation × dtype.
+
+``NumericsSuite`` (GPU only; absent without a usable CUDA GPU)
+    family × impl (safeattn and every peer of ``safeattn.regress.metrics.PEERS``) × dtype,
+    on the families' "gpu" size.
+``InterpreterNumericsSuite`` (anywhere)
+    family × impl (safeattn under Triton's interpreter, SDPA's math backend) × dtype on the
+    CPU, "small" size.
+
+Rates are fractions of trials (seeds 0 .. trials-1, fewer in quick mode); each trial runs
+forward and backward and is judged by ``safeattn.families.check``. Peers get the exact
+allowed-pairs mask of each case through ``families.mask_adapter``: SDPA as a dense
+``attn_mask`` (``None`` when every pair is allowed), FlexAttention as a compiled block
+mask / score bias. A peer that refuses a case (SDPA flash takes no mask at all) makes that
+(family, impl, dtype) NaN, with the error as the reason; a family that crashes an
+implementation outright is recorded the same way.
+
+Family names are fixed here, not read from ``safeattn.families.FAMILIES``: asv benchmarks
+old commits with this suite, and a family that a commit lacks is NaN for it;
+tests/test_asv_suite.py checks that these names match the package's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+
+from ._common import (
+    GRID_TIMEOUT_S,
+    Missing,
+    cuda_usable,
+    dtype_of,
+    impl_context,
+    lookup,
+    metrics,
+    quick,
+    reason_of,
+    require_cuda,
+    tracks_metric,
+    use_interpreter,
+)
+
+FAMILIES = [
+    "leftpad_causal",
+    "all_keys_masked",
+    "neginf_mask_rows",
+    "nan_in_excluded_kv",
+    "large_logits",
+    "ragged_tails",
+    "gqa_ragged",
+    "varlen_empty_seqs",
+    "extreme_grad_out",
+]
+DTYPES = ["float16", "bfloat16"]
+GPU_IMPLS = [metrics.OWN_IMPL, *metrics.PEERS]
+CPU_IMPLS = [metrics.OWN_IMPL, "sdpa_math"]
+RATES = ("nonfinite_rate", "wrong_result_rate", "max_rel_error")
+
+
+def _impl(name: str):
+    """safeattn.attention, or a peer wrapped with the case's exact mask."""
+    import torch
+
+    import safeattn
+    from safeattn import families
+
+    if name == metrics.OWN_IMPL:
+        return safeattn.attention
+    if name.startswith("sdpa_"):
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+
+        def call_sdpa(q, k, v, mask, scale):
+            if mask.dtype == torch.bool and bool(mask.all()):
+                mask = None  # nothing excluded: lets backends without mask support run
+            return sdpa(q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+
+        return families.mask_adapter(name, call_sdpa)
+    if name == "flex":
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        from ._common import _compiled_flex
+
+        flex = _compiled_flex()
+
+        def call_flex(q, k, v, mask, scale):
+            batch, heads, n_q, n_k = mask.shape
+            if mask.dtype == torch.bool:
+                block_mask = create_block_mask(
+                    lambda b, h, qi, ki: mask[b, h, qi, ki],
+                    batch,
+                    heads,
+                    n_q,
+                    n_k,
+                    device=q.device,
+                )
+                return flex(
+                    q, k, v, block_mask=block_mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
+                )
+            bias = mask
+
+            def add_bias(score, b, h, qi, ki):
+                return score + bias[b, h, qi, ki]
+
+            return flex(
+                q, k, v, score_mod=add_bias, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
+            )
+
+        return families.mask_adapter(name, call_flex)
+    raise ValueError(f"benchmarks: unknown impl {name!r}")
+
+
+def _measure(grid: list, device: str, size: str, trials: int, tag: str) -> dict:
+    from safeattn import families
+
+    measured: dict = {}
+    for family, impl, dtype in itertools.product(*grid):
+        try:
+            with impl_context(impl):
+                values = families.rates(family, _impl(impl), dtype_of(dtype), device, trials, size)
+            measured[(family, impl, dtype)] = dict(zip(RATES, map(float, values), strict=True))
+            summary = " ".join(f"{k}={v:.3g}" for k, v in measured[(family, impl, dtype)].items())
+        except Exception as exc:  # a peer refusing a case, or a commit lacking a family
+            measured[(family, impl, dtype)] = Missing(reason_of(exc))
+            summary = f"not measured: {reason_of(exc)}"
+        print(f"[{tag}] {family} {impl} {dtype}: {summary}", file=sys.stderr, flush=True)
+    return measured
+
+
+class NumericsSuite:
+    """Safety and accuracy on the GPU, safeattn beside every peer; see module docstring."""
+
+    params = (FAMILIES, GPU_IMPLS, DTYPES)
+    param_names = ("family", metrics.IMPL_PARAM, "dtype")
+    timeout = GRID_TIMEOUT_S
+
+    def setup_cache(self) -> dict:
+        require_cuda()
+        return _measure(self.params, "cuda", "gpu", 1 if quick() else 4, "numerics")
+
+    @tracks_metric
+    def track_nonfinite_rate(self, cache, *combo):
+        return lookup(cache, combo)["nonfinite_rate"]
+
+    @tracks_metric
+    def track_wrong_result_rate(self, cache, *combo):
+        return lookup(cache, combo)["wrong_result_rate"]
+
+    @tracks_metric
+    def track_max_rel_error(self, cache, *combo):
+        return lookup(cache, combo)["max_rel_error"]
+
+
+if not cuda_usable():
+    del NumericsSuite  # pruned: no usable CUDA GPU here
+
+
+class InterpreterNumericsSuite:
+    """Safety and accuracy on the CPU: safeattn under Triton's interpreter, SDPA math."""
+
+    params = (FAMILIES, CPU_IMPLS, DTYPES)
+    param_names = ("family", metrics.IMPL_PARAM, "dtype")
+    timeout = GRID_TIMEOUT_S
+
+    def setup_cache(self) -> dict:
+        use_interpreter()
+        return _measure(self.params, "cpu", "small", 1 if quick() else 3, "numerics-cpu")
+
+    @tracks_metric
+    def track_nonfinite_rate(self, cache, *combo):
+        return lookup(cache, combo)["nonfinite_rate"]
+
+    @tracks_metric
+    def track_wrong_result_rate(self, cache, *combo):
+        return lookup(cache, combo)["wrong_result_rate"]
+
+    @tracks_metric
+    def track_max_rel_error(self, cache, *combo):
+        return lookup(cache, combo)["max_rel_error"]

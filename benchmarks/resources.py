@@ -1,0 +1,141 @@
+"""Resources: shared memory (bytes per block), registers (per thread) and spills (bytes of
+local memory per thread) of safeattn's kernels.
+
+``StaticAuditSuite`` (anywhere, no GPU needed)
+    arch × kernel × dtype × head_dim from ``safeattn.audit.audit()``, which cross-compiles
+    every shipped config and feature variant for each architecture. The value is the
+    maximum over configs and variants: the worst case that must fit the architecture's
+    limit (``safeattn.gpu_limits``). The audit runs once per asv run, in ``setup_cache``.
+``LiveResourcesSuite`` (GPU only; absent without a usable CUDA GPU)
+    kernel × dtype × head_dim: what the kernels actually launched by one forward+backward
+    (N = 4096, non-causal, MHA, shapes from DESIGN.md) use, from
+    ``safeattn.kernels.launch.launched_kernels()`` (the autotuner's chosen config).
+
+Kernel names are fixed here rather than read from ``safeattn.kernels.configs.KERNELS``:
+asv benchmarks old commits with this suite, and the grid must not depend on the commit
+under test (a commit without a kernel reports NaN for it); tests/test_asv_suite.py checks
+that these names match the package's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+
+from ._common import (
+    GRID_TIMEOUT_S,
+    Missing,
+    attention_inputs,
+    cuda_usable,
+    gpu_limits,
+    lookup,
+    reason_of,
+    require_cuda,
+    tracks_metric,
+)
+
+KERNELS = ["forward", "bwd_preprocess", "bwd_dkdv", "bwd_dq"]
+AUDIT_ARCHS = list(gpu_limits.SUPPORTED_ARCHS)
+AUDIT_DTYPES = ["bfloat16", "float32"]  # float16 shares bfloat16's configs and footprint
+AUDIT_HEAD_DIMS = [64, 128, 256]
+LIVE_DTYPES = ["float16", "bfloat16"]
+LIVE_HEAD_DIMS = [64, 128]
+LIVE_SEQ_LEN = 4096
+
+FIELDS = ("shared_bytes", "registers", "spills")
+
+
+class StaticAuditSuite:
+    """Worst-case resources of every shipped config, cross-compiled per architecture."""
+
+    params = (AUDIT_ARCHS, KERNELS, AUDIT_DTYPES, AUDIT_HEAD_DIMS)
+    param_names = ("arch", "kernel", "dtype", "head_dim")
+    timeout = GRID_TIMEOUT_S
+
+    def setup_cache(self) -> dict:
+        import torch
+
+        from safeattn.audit import audit
+
+        try:
+            rows = audit(
+                archs=AUDIT_ARCHS,
+                kernels=KERNELS,
+                dtypes=[getattr(torch, d) for d in AUDIT_DTYPES],
+                head_dims=AUDIT_HEAD_DIMS,
+                workers=os.cpu_count() or 1,
+            )
+        except Exception as exc:  # e.g. a commit that predates the audit or a kernel
+            reason = Missing(reason_of(exc))
+            return {combo: reason for combo in itertools.product(*self.params)}
+        worst: dict = {}
+        for row in rows:
+            key = (row.arch, row.kernel, row.dtype, row.head_dim)
+            old = worst.get(key, dict.fromkeys(FIELDS, 0))
+            worst[key] = {f: max(old[f], int(getattr(row, f))) for f in FIELDS}
+        return worst
+
+    @tracks_metric
+    def track_shared_bytes(self, cache, *combo):
+        return lookup(cache, combo)["shared_bytes"]
+
+    @tracks_metric
+    def track_registers(self, cache, *combo):
+        return lookup(cache, combo)["registers"]
+
+    @tracks_metric
+    def track_spills(self, cache, *combo):
+        return lookup(cache, combo)["spills"]
+
+
+class LiveResourcesSuite:
+    """Resources of the kernels one GPU forward+backward actually launched."""
+
+    params = (KERNELS, LIVE_DTYPES, LIVE_HEAD_DIMS)
+    param_names = ("kernel", "dtype", "head_dim")
+    timeout = GRID_TIMEOUT_S
+
+    def setup_cache(self) -> dict:
+        require_cuda()
+        import torch
+
+        import safeattn
+
+        measured: dict = {}
+        for dtype, head_dim in itertools.product(LIVE_DTYPES, LIVE_HEAD_DIMS):
+            try:
+                from safeattn.kernels.launch import launched_kernels
+
+                q, k, v, grad_out = attention_inputs("safeattn", dtype, LIVE_SEQ_LEN, head_dim, 1)
+                safeattn.attention(q, k, v).backward(grad_out)
+                torch.cuda.synchronize()
+                launched = launched_kernels()
+                for kernel in KERNELS:
+                    res = launched.get(kernel)
+                    measured[(kernel, dtype, head_dim)] = (
+                        {f: int(getattr(res, f)) for f in FIELDS}
+                        if res is not None
+                        else Missing(f"kernel {kernel!r} was not launched by this commit")
+                    )
+            except Exception as exc:
+                for kernel in KERNELS:
+                    measured[(kernel, dtype, head_dim)] = Missing(reason_of(exc))
+            print(f"[resources] {dtype} D={head_dim} done", file=sys.stderr, flush=True)
+        return measured
+
+    @tracks_metric
+    def track_shared_bytes(self, cache, *combo):
+        return lookup(cache, combo)["shared_bytes"]
+
+    @tracks_metric
+    def track_registers(self, cache, *combo):
+        return lookup(cache, combo)["registers"]
+
+    @tracks_metric
+    def track_spills(self, cache, *combo):
+        return lookup(cache, combo)["spills"]
+
+
+if not cuda_usable():
+    del LiveResourcesSuite  # pruned: no usable CUDA GPU here

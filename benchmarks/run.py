@@ -1,0 +1,291 @@
+"""Benchmark this machine with asv: ``python benchmarks/run.py [options]``.
+
+    python benchmarks/run.py                      # HEAD, in an offline virtualenv
+    python benchmarks/run.py --range HEAD~4..HEAD # a commit range (asv's A..B syntax)
+    python benchmarks/run.py --skip-existing      # ... leaving commits already measured here
+    python benchmarks/run.py --same               # the safeattn importable here, as HEAD
+    python benchmarks/run.py --quick --bench Interpreter   # quick, a subset (asv -b regex)
+
+What it does, in order (each step prints a ``[run]`` line; asv prints its own progress):
+
+1. Names the machine after its GPU model (``nvidia-h100-80gb-hbm3``) or, without a usable
+   GPU, its CPU model (``cpu-intel-xeon-platinum-8481c``) and registers it with
+   ``asv machine --yes``.
+2. Runs ``asv run`` with ``--launch-method spawn`` and ``--show-stderr``. Two ways to get the
+   code under test:
+
+   - default: asv's virtualenv environment (asv.conf.json). It sees the machine's torch and
+     triton (``VIRTUALENV_SYSTEM_SITE_PACKAGES=true``; when this Python is itself a venv,
+     whose packages that flag cannot reach, ``ASV_PYTHONPATH`` points at them) and builds
+     and installs each commit with ``pip --no-index --no-deps --no-build-isolation``, with
+     ``PIP_NO_INDEX=1`` set: no network needed. ``asv run A..B``,
+     ``--skip-existing-commits`` and ``asv continuous`` work the same way by hand.
+   - ``--same``: no build at all. Each commit is checked out into a git worktree under
+     ``.asv/worktrees/`` and imported from there (``ASV_PYTHONPATH``), with
+     ``asv run --python=same --set-commit-hash <sha>``; without ``--range`` the current
+     working tree is measured and recorded as HEAD (a dirty tree is warned about).
+3. Writes ``results/<machine>/versions-<commit sha>.json`` for every commit this run
+   measured: GPU, driver, CUDA, cuDNN, torch, triton, Python and asv versions (asv's
+   ``machine.json`` has fixed fields; :func:`versions` documents this file's).
+4. Keeps ``results/benchmarks.json`` (which asv rewrites from what this machine discovers)
+   a union: GPU suites measured elsewhere stay described after a CPU-only run.
+
+On a machine without a GPU only the CPU-capable suites exist (see benchmarks/_common.py).
+``--results DIR`` writes elsewhere (the tests use it); ``--quick`` takes fewer samples and
+trials and passes asv's ``--quick``: numbers for checking the suite, not for history.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SIDECAR_SCHEMA = "safeattn-bench-versions/1"
+QUICK_ENV = "SAFEATTN_BENCH_QUICK"  # read by benchmarks/_common.py
+
+
+def log(message: str) -> None:
+    print(f"[run] {message}", flush=True)
+
+
+def slug(text: str) -> str:
+    """``"NVIDIA H100 80GB HBM3"`` -> ``"nvidia-h100-80gb-hbm3"``."""
+    text = re.sub(r"\((r|tm|c)\)|\bcpu\b|@.*$", " ", text, flags=re.IGNORECASE)
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _nvml_driver_version() -> str | None:
+    import ctypes
+
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+    if nvml.nvmlInit_v2() != 0:
+        return None
+    try:
+        buf = ctypes.create_string_buffer(96)
+        ok = nvml.nvmlSystemGetDriverVersion(buf, ctypes.c_uint(96)) == 0
+        return buf.value.decode() if ok else None
+    finally:
+        nvml.nvmlShutdown()
+
+
+def versions() -> dict:
+    """The software and hardware a result was measured with (the sidecar file's content).
+
+    Keys: ``schema``; ``machine`` (added by the caller); ``gpu`` (null without a usable
+    GPU, else ``name``, ``count``, ``arch`` like ``"sm90"``, ``memory_bytes``);
+    ``driver`` (NVIDIA driver, or null); ``cuda`` and ``cudnn`` (as torch reports them);
+    ``torch``; ``triton``; ``python``; ``asv``; ``cpu``; ``platform``.
+    """
+    import asv
+    import torch
+    import triton
+
+    gpu = None
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        gpu = {
+            "name": props.name,
+            "count": torch.cuda.device_count(),
+            "arch": f"sm{props.major}{props.minor}",
+            "memory_bytes": int(props.total_memory),
+        }
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {
+        "schema": SIDECAR_SCHEMA,
+        "gpu": gpu,
+        "driver": _nvml_driver_version(),
+        "cuda": torch.version.cuda,
+        "cudnn": cudnn,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "asv": asv.__version__,
+        "cpu": cpu_model(),
+        "platform": platform.platform(),
+    }
+
+
+def machine_name(info: dict) -> str:
+    """GPU model for GPU machines, ``cpu-<model>`` otherwise."""
+    if info["gpu"] is not None:
+        return slug(info["gpu"]["name"])
+    return "cpu-" + slug(info["cpu"])
+
+
+def git(*args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=REPO, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def asv(args: list[str], env: dict, config: Path) -> None:
+    cmd = [sys.executable, "-m", "asv", *args, "--config", str(config)]
+    log("$ " + " ".join(cmd))
+    result = subprocess.run(cmd, cwd=REPO, env=env)
+    if result.returncode != 0:
+        raise SystemExit(f"[run] asv exited with status {result.returncode}")
+
+
+def write_config(results: Path, workdir: Path) -> Path:
+    """asv.conf.json with absolute paths and ``results_dir`` = ``results``."""
+    import json5  # an asv dependency: asv.conf.json has comments
+
+    conf = json5.loads((REPO / "asv.conf.json").read_text())
+    conf["repo"] = str(REPO)
+    for key in ("benchmark_dir", "env_dir", "html_dir"):
+        conf[key] = str(REPO / conf[key])
+    conf["results_dir"] = str(results)
+    path = workdir / "asv.conf.json"
+    path.write_text(json.dumps(conf, indent=2))
+    return path
+
+
+def host_site_packages() -> list[str]:
+    """This interpreter's site-packages when it is a venv (torch lives there, and a virtualenv
+    made from it with --system-site-packages would only see the base interpreter's)."""
+    import site
+
+    if sys.prefix == sys.base_prefix:
+        return []
+    return [p for p in site.getsitepackages() if Path(p).is_dir()]
+
+
+def commits_in(spec: str) -> list[str]:
+    """Full hashes of an ``A..B`` range (oldest first), or of a single revision."""
+    if ".." in spec:
+        hashes = git("rev-list", "--first-parent", "--reverse", spec).split()
+    else:
+        hashes = [git("rev-parse", "--verify", spec + "^{commit}")]
+    if not hashes:
+        raise SystemExit(f"[run] no commits in {spec!r}")
+    return hashes
+
+
+def merge_benchmarks_json(path: Path, before: dict | None) -> None:
+    """Put back descriptions of benchmarks this machine does not have (GPU suites after a
+    CPU-only run); asv itself rewrites the file from this machine's discovery."""
+    if before is None or not path.exists():
+        return
+    now = json.loads(path.read_text())
+    missing = {k: v for k, v in before.items() if k not in now}
+    if missing:
+        now.update(missing)
+        path.write_text(json.dumps(now, indent=4, sort_keys=True))
+        log(f"benchmarks.json: kept {len(missing)} benchmark(s) not discovered on this machine")
+
+
+def write_sidecars(results: Path, machine: str, started: float, info: dict) -> list[str]:
+    """versions-<sha>.json beside every result file that this run wrote."""
+    written = []
+    for path in sorted((results / machine).glob("*.json")):
+        if path.name == "machine.json" or path.name.startswith("versions-"):
+            continue
+        if path.stat().st_mtime < started:
+            continue
+        commit = json.loads(path.read_text()).get("commit_hash")
+        if not commit:
+            continue
+        sidecar = dict(info, machine=machine, commit=commit, result_file=path.name)
+        sidecar["recorded_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        out = results / machine / f"versions-{commit}.json"
+        out.write_text(json.dumps(sidecar, indent=2, sort_keys=True) + "\n")
+        written.append(commit)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--range", help="commits to measure: A..B, or one revision (HEAD)")
+    parser.add_argument("--same", action="store_true", help="no build: import from worktrees")
+    parser.add_argument("--quick", action="store_true", help="fewer samples (checks, not data)")
+    parser.add_argument("--bench", "-b", action="append", default=[], help="asv -b regex")
+    parser.add_argument("--skip-existing", action="store_true", help="skip measured commits")
+    parser.add_argument("--record-samples", action="store_true", help="keep raw samples too")
+    parser.add_argument("--results", type=Path, default=REPO / "results", help="results dir")
+    args = parser.parse_args(argv)
+
+    started = time.time()
+    info = versions()
+    machine = machine_name(info)
+    gpu = info["gpu"]["name"] if info["gpu"] else "none"
+    log(f"machine {machine} (GPU {gpu}, torch {info['torch']}, triton {info['triton']})")
+    results = args.results.resolve()
+    results.mkdir(parents=True, exist_ok=True)
+    bench_json = results / "benchmarks.json"
+    before = json.loads(bench_json.read_text()) if bench_json.exists() else None
+
+    env = dict(os.environ, PIP_NO_INDEX="1", PYTHONUNBUFFERED="1")
+    env.pop(QUICK_ENV, None)
+    if args.quick:
+        env[QUICK_ENV] = "1"
+    common = ["--machine", machine, "--launch-method", "spawn", "--show-stderr"]
+    common += [f"--bench={b}" for b in args.bench]
+    common += ["--quick"] * args.quick + ["--record-samples"] * args.record_samples
+
+    with tempfile.TemporaryDirectory(prefix="safeattn-asv-") as tmp:
+        config = write_config(results, Path(tmp))
+        asv(["machine", "--yes", "--machine", machine], env, config)
+        if not args.same:
+            host = host_site_packages()
+            if host:
+                env["ASV_PYTHONPATH"] = os.pathsep.join(host)
+                log(f"benchmark environment also sees {', '.join(host)}")
+            spec = args.range or "HEAD^!"
+            log(f"measuring {spec} in asv's virtualenv environment (offline build)")
+            extra = ["--skip-existing-commits"] if args.skip_existing else []
+            asv(["run", spec, *common, *extra], env, config)
+        elif args.range is None:
+            if git("status", "--porcelain", "--untracked-files=no"):
+                log("WARNING: the working tree has uncommitted changes; recorded as HEAD anyway")
+            paths = [str(REPO), env.get("PYTHONPATH", "")]
+            env["ASV_PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+            head = git("rev-parse", "HEAD")
+            log(f"measuring the working tree as {head[:8]} (--python=same)")
+            asv(["run", "--python=same", f"--set-commit-hash={head}", *common], env, config)
+        else:
+            hashes = commits_in(args.range)
+            for i, sha in enumerate(hashes, 1):
+                tree = REPO / ".asv" / "worktrees" / sha[:12]
+                if not tree.exists():
+                    git("worktree", "add", "--detach", str(tree), sha)
+                env["ASV_PYTHONPATH"] = str(tree)
+                log(f"commit {i}/{len(hashes)} {sha[:8]}: {git('log', '-1', '--format=%s', sha)}")
+                extra = ["--skip-existing-commits"] if args.skip_existing else []
+                asv(
+                    ["run", "--python=same", f"--set-commit-hash={sha}", *common, *extra],
+                    env,
+                    config,
+                )
+
+    merge_benchmarks_json(bench_json, before)
+    done = write_sidecars(results, machine, started, info)
+    log(f"versions sidecars for {len(done)} commit(s): {', '.join(c[:8] for c in done)}")
+    log(f"done in {time.time() - started:.0f} s; results in {results / machine}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""Speed: forward, backward and forward+backward time (ms) of safeattn and its peers.
+
+``SpeedSuite`` (GPU only, absent from the grid without a usable CUDA GPU)
+    impl × dtype × head_dim × seq_len × causal × gqa, with B = 16384 // N and
+    Hq = 2048 // D (DESIGN.md) and Hkv = Hq // gqa. Peers in the same run: SDPA pinned to
+    flash, cuDNN and memory-efficient backends (``torch.nn.attention.sdpa_kernel``), and
+    FlexAttention under ``torch.compile`` with dynamo's recompile limit raised. SDPA's math
+    backend is left out here (a correctness baseline, not a speed peer; numerics.py has it).
+
+``InterpreterSpeedSuite`` (anywhere)
+    safeattn under Triton's interpreter at a tiny shape, beside the pure-PyTorch reference:
+    slow, but a kernel change that does much more work shows up on a CPU-only machine
+    (the gate's end-to-end test relies on this).
+
+How the time is measured, and why it is reported through ``track_*``:
+
+- GPU: CUDA events via ``triton.testing.do_bench`` (``return_mode="all"``), L2 flushed
+  between calls, after one untimed forward+backward that compiles and autotunes (so no
+  autotuning or compilation is ever inside the timed region) and do_bench's own warm-up.
+  Backward alone is timed by replaying ``out.backward(grad, retain_graph=True)`` on one
+  forward graph; gradients are reset to None before each timed call.
+- asv's ``time_*`` benchmarks time the host with a wall-clock timer; even with a custom
+  ``timer`` they time whole Python calls, so asynchronous GPU work is either missed or
+  timed with launch overhead and synchronisation. We therefore return
+  ``{"samples": [ms, ...], "number": 1}`` from ``track_*``: asv stores it like a ``time_*``
+  result (median, 99 % CI, quartiles, repeat count), in the unit declared here ("ms").
+- The whole grid is measured in ``setup_cache`` (one process, one CUDA context, kernels
+  compiled once); each ``track_*`` process only looks its entry up (benchmarks/_common.py).
+
+Cost: 5 impls × 32 shapes; one full GPU run is designed to stay within ~6 minutes per commit
+on an H100 once Triton's and Inductor's on-disk caches are warm (the first commit on a fresh
+machine also pays FlexAttention's compiles).
+
+A peer that cannot run a shape (e.g. a backend without GQA support) reports NaN, with the
+backend's error as the reason on stderr; it is not pruned from the grid, because which
+peer supports what changes with the torch version.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import time
+
+from ._common import (
+    GRID_TIMEOUT_S,
+    Missing,
+    attention_call,
+    attention_inputs,
+    cuda_usable,
+    impl_context,
+    lookup,
+    metrics,
+    quick,
+    reason_of,
+    require_cuda,
+    sample_result,
+    tracks_metric,
+    use_interpreter,
+)
+
+# The SDPA math backend is a correctness baseline, not a speed peer (see module doc).
+GPU_IMPLS: list[str] = [metrics.OWN_IMPL, *(p for p in metrics.PEERS if p != "sdpa_math")]
+GPU_DTYPES = ["float16", "bfloat16"]
+GPU_HEAD_DIMS = [64, 128]
+GPU_SEQ_LENS = [1024, 4096]
+CAUSAL = [False, True]
+GQA = [1, 4]  # query heads per key/value head (1: multi-head attention)
+
+PASSES = ("forward", "backward", "fwd_bwd")
+
+# Tiny interpreter problem: (B, H, N, D), float32.
+CPU_SHAPE = (1, 2, 64, 32)
+CPU_IMPLS = [metrics.OWN_IMPL, "reference"]
+
+
+def _gpu_times(impl: str, dtype: str, head_dim: int, seq_len: int, causal: bool, gqa: int):
+    """{pass: [ms, ...]} for one implementation and shape on cuda:0."""
+    import torch
+    from triton.testing import do_bench
+
+    warmup_ms, rep_ms = (5, 20) if quick() else (25, 100)
+    fn = attention_call(impl, causal, seq_len, gqa)
+    q, k, v, grad_out = attention_inputs(impl, dtype, seq_len, head_dim, gqa)
+    grads = [q, k, v]
+    with impl_context(impl):
+        # Untimed: compiles, autotunes and raises here if this impl cannot run the shape.
+        fn(q, k, v).backward(grad_out)
+        torch.cuda.synchronize()
+
+        def bench(call):
+            return do_bench(
+                call, warmup=warmup_ms, rep=rep_ms, grad_to_none=grads, return_mode="all"
+            )
+
+        graph = fn(q, k, v)  # one forward graph, its backward replayed
+        return {
+            "forward": bench(lambda: fn(q, k, v)),
+            "backward": bench(lambda: graph.backward(grad_out, retain_graph=True)),
+            "fwd_bwd": bench(lambda: fn(q, k, v).backward(grad_out)),
+        }
+
+
+class SpeedSuite:
+    """GPU time of safeattn and its peers; see the module docstring."""
+
+    params = (GPU_IMPLS, GPU_DTYPES, GPU_HEAD_DIMS, GPU_SEQ_LENS, CAUSAL, GQA)
+    param_names = (metrics.IMPL_PARAM, "dtype", "head_dim", "seq_len", "causal", "gqa")
+    timeout = GRID_TIMEOUT_S
+
+    def setup_cache(self) -> dict:
+        require_cuda()
+        import torch
+
+        measured: dict = {}
+        for combo in itertools.product(*self.params):
+            try:
+                times = _gpu_times(*combo)
+                for name in PASSES:
+                    measured[(name, *combo)] = times[name]
+                summary = " ".join(f"{n}={sorted(t)[len(t) // 2]:.3f}ms" for n, t in times.items())
+            except Exception as exc:  # one impl/shape failing must not lose the others
+                for name in PASSES:
+                    measured[(name, *combo)] = Missing(reason_of(exc))
+                summary = f"not measured: {reason_of(exc)}"
+            print(f"[speed] {combo}: {summary}", file=sys.stderr, flush=True)
+            torch.cuda.empty_cache()
+        return measured
+
+    @tracks_metric
+    def track_forward_ms(self, cache, *combo):
+        return sample_result(lookup(cache, ("forward", *combo)))
+
+    @tracks_metric
+    def track_backward_ms(self, cache, *combo):
+        return sample_result(lookup(cache, ("backward", *combo)))
+
+    @tracks_metric
+    def track_fwd_bwd_ms(self, cache, *combo):
+        return sample_result(lookup(cache, ("fwd_bwd", *combo)))
+
+
+if not cuda_usable():
+    del SpeedSuite  # pruned: no usable CUDA GPU here (asv then lists no such benchmark)
+
+
+def _cpu_times(impl: str, causal: bool) -> dict[str, list[float]]:
+    """{pass: [ms, ...]} wall-clock times on the CPU (everything here is synchronous)."""
+    import torch
+
+    import safeattn
+
+    attend = safeattn.attention if impl == metrics.OWN_IMPL else safeattn.reference.attention
+    gen = torch.Generator().manual_seed(0)
+    q, k, v, grad_out = (torch.randn(*CPU_SHAPE, generator=gen) for _ in range(4))
+    for t in (q, k, v):
+        t.requires_grad_(True)
+
+    def forward():
+        return attend(q, k, v, causal=causal)
+
+    forward().backward(grad_out)  # untimed warm-up (first-call costs)
+    times: dict[str, list[float]] = {name: [] for name in PASSES}
+    for _ in range(2 if quick() else 5):
+        for t in (q, k, v):
+            t.grad = None
+        start = time.perf_counter()
+        out = forward()
+        mid = time.perf_counter()
+        out.backward(grad_out)
+        end = time.perf_counter()
+        times["forward"].append((mid - start) * 1e3)
+        times["backward"].append((end - mid) * 1e3)
+        times["fwd_bwd"].append((end - start) * 1e3)
+    return times
+
+
+class InterpreterSpeedSuite:
+    """CPU time of safeattn under Triton's interpreter and of the reference, tiny shape."""
+
+    params = (CPU_IMPLS, CAUSAL)
+    param_names = (metrics.IMPL_PARAM, "causal")
+    timeout = GRID_TIMEOUT_S
+
+    def setup_cache(self) -> dict:
+        use_interpreter()
+        measured: dict = {}
+        for combo in itertools.product(*self.params):
+            try:
+                times = _cpu_times(*combo)
+                for name in PASSES:
+                    measured[(name, *combo)] = times[name]
+            except Exception as exc:  # e.g. a commit whose safeattn lacks this API yet
+                for name in PASSES:
+                    measured[(name, *combo)] = Missing(reason_of(exc))
+        return measured
+
+    @tracks_metric
+    def track_forward_ms(self, cache, *combo):
+        return sample_result(lookup(cache, ("forward", *combo)))
+
+    @tracks_metric
+    def track_backward_ms(self, cache, *combo):
+        return sample_result(lookup(cache, ("backward", *combo)))
+
+    @tracks_metric
+    def track_fwd_bwd_ms(self, cache, *combo):
+        return sample_result(lookup(cache, ("fwd_bwd", *combo)))
