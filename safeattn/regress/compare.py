@@ -443,6 +443,9 @@ def _verdict(
     metric = METRICS.get(result["metric"]) if result["metric"] else None
     base_ok = b is not None and b["status"] == "ok"
     head_ok = h is not None and h["status"] == "ok"
+    kind, better = result["kind"], result["better"]
+    if base_ok and head_ok and better in ("lower", "higher"):
+        result["ratio"] = _ratio(b["value"], h["value"], better)
 
     # Absolute rules on head first: they hold whatever the base was.
     if head_ok:
@@ -474,15 +477,13 @@ def _verdict(
             return "not_comparable", f"no base value ({b['status']} on base)"
         return "not_comparable", f"{b['status']} on base, {h['status']} on head"
 
-    kind, better = result["kind"], result["better"]
     if kind is None or better not in ("lower", "higher"):
         return "not_comparable", (
             "unknown metric direction: name the benchmark track_<metric> with a metric "
             "from safeattn.regress.metrics.METRICS"
         )
     kp = policy.kinds[kind]
-    ratio = _ratio(b["value"], h["value"], better)
-    result["ratio"] = ratio
+    ratio = result["ratio"]
     if kind == "speed":
         return _speed_verdict(b, h, ratio, kp, result)
     result["test"] = "threshold"

@@ -145,10 +145,11 @@ def _split_problems(
 ) -> tuple[list[str], list[str]]:
     """Problems that touch the compared commits (fatal) vs. the rest (warnings).
 
-    Result files are named ``<sha[:8]>-<env>.json``; benchmarks.json, machine.json and
-    sidecars of the machines involved count as touching every comparison.
+    Result files are named ``<sha[:8]>-<env>.json`` and per-commit sidecars carry the full
+    sha (``versions-<sha>.json``); benchmarks.json, machine.json and any other file of the
+    machines involved count as touching every comparison.
     """
-    prefixes = [r.lower()[:8] for r in refs]
+    refs = [r.lower() for r in refs]
     relevant, other = [], []
     for problem in loaded.problems:
         path = problem.split(": ", 1)[0]
@@ -158,10 +159,14 @@ def _split_problems(
         else:
             machine, name = parts[0], parts[-1]
             in_scope = machines is None or machine in machines
-            is_result = re.match(r"^[0-9a-f]{8}-", name) is not None
-            touches = in_scope and (
-                not is_result or any(name.startswith(p) for p in prefixes)
-            )
+            result_file = re.match(r"^([0-9a-f]{8})-", name)
+            sidecar_sha = re.search(r"[0-9a-f]{40}", name)
+            if result_file:
+                touches = in_scope and any(result_file[1].startswith(r[:8]) for r in refs)
+            elif sidecar_sha:
+                touches = in_scope and any(sidecar_sha[0].startswith(r) for r in refs)
+            else:
+                touches = in_scope
         (relevant if touches else other).append(problem)
     return relevant, other
 
@@ -283,7 +288,12 @@ def _md_table(rows: pd.DataFrame, multi_machine: bool) -> list[str]:
 
 def _verdict_summary(report: GateReport) -> str:
     counts = report.rows["verdict"].value_counts()
-    parts = [f"{counts[v]} {v}" for v in ("regression", "failure", "missing") if v in counts]
+    plural = {"regression": "regressions", "failure": "failures", "missing": "missing"}
+    parts = [
+        f"{counts[v]} {v if counts[v] == 1 else plural[v]}"
+        for v in ("regression", "failure", "missing")
+        if v in counts
+    ]
     return ", ".join(parts) if parts else "no regressions"
 
 

@@ -1,0 +1,191 @@
+"""The safeattn-gate CLI on the real asv results of the toy project (test_results.py):
+exit codes, output formats, and failing closed on missing or corrupt data."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from test_results import TOY_MACHINE, copy_results, toy_results
+
+from safeattn.regress.gate import main
+
+SPEED = "suite.SpeedSuite.time_forward"
+NONFINITE = "suite.NumericsSuite.track_nonfinite_rate"
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    return toy_results(tmp_path_factory)
+
+
+def gate(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_unchanged_head_passes(toy, capsys):
+    results, shas = toy
+    code, out, err = gate(capsys, "--results", str(results), "--base", shas["base"],
+                          "--head", shas["same"])
+    assert code == 0, out + err
+    assert out.startswith("safeattn-gate: PASS")
+
+
+def test_slow_head_fails_naming_the_benchmark(toy, capsys):
+    results, shas = toy
+    code, out, _ = gate(capsys, "--results", str(results), "--base", shas["base"][:8],
+                        "--head", shas["slow"][:8], "--format", "markdown")
+    assert code == 1
+    first, *rest = out.splitlines()
+    assert first.startswith("## safeattn-gate: ❌ FAIL — 1 regression")
+    body = "\n".join(rest)
+    assert "### Regressions and failures" in body
+    row = next(line for line in rest if SPEED in line)
+    assert "regression" in row and "impl=safeattn head_dim=64" in row and "p=" in row
+    # The peer's slowdown-free row and unchanged rows are not in the blocking table.
+    assert "impl=sdpa_flash" not in row
+
+
+def test_nonfinite_head_fails_in_every_format(toy, capsys):
+    results, shas = toy
+    args = ["--results", str(results), "--base", shas["base"], "--head", shas["nan"]]
+    code, text, _ = gate(capsys, *args)
+    assert code == 1 and text.startswith("safeattn-gate: FAIL — 2 failures")
+    assert NONFINITE in text
+    code, raw, _ = gate(capsys, *args, "--format", "json")
+    assert code == 1
+    report = json.loads(raw)
+    assert report["verdict"] == "fail" and report["exit_code"] == 1
+    failures = [r for r in report["rows"] if r["verdict"] == "failure"]
+    assert {r["benchmark"] for r in failures} == {NONFINITE}
+    assert {r["impl"] for r in failures} == {"safeattn"}
+    assert report["machines"] == [TOY_MACHINE]
+
+
+def test_improvement_passes_and_is_reported(toy, capsys):
+    results, shas = toy
+    code, out, _ = gate(capsys, "--results", str(results), "--base", shas["slow"],
+                        "--head", shas["base"], "--format", "markdown")
+    assert code == 0
+    assert out.startswith("## safeattn-gate: ✅ PASS")
+    assert "### Improvements" in out and SPEED in out
+
+
+def test_git_refs_are_resolved(toy, capsys, monkeypatch):
+    results, shas = toy
+    monkeypatch.chdir(results.parent)  # the toy repository
+    code, out, _ = gate(capsys, "--results", str(results), "--base", "HEAD~2",
+                        "--head", "HEAD~1")  # "slow" -> "nan"
+    assert code == 1 and shas["nan"][:10] in out
+    code, _, err = gate(capsys, "--results", str(results), "--base", "no-such-branch",
+                        "--head", "HEAD")
+    assert code == 2 and "unknown commit 'no-such-branch'" in err
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("truncate-head", "unreadable or corrupt result files"),
+        ("delete-head", "no results for commit"),
+        ("corrupt-benchmarks-json", "benchmarks.json: not valid JSON"),
+    ],
+)
+def test_corrupt_or_missing_results_exit_2(toy, tmp_path, capsys, damage, message):
+    results, shas = toy
+    copy = copy_results(results, tmp_path)
+    head_file = next((copy / TOY_MACHINE).glob(f"{shas['slow'][:8]}-*.json"))
+    if damage == "truncate-head":
+        head_file.write_text(head_file.read_text()[:300])
+    elif damage == "delete-head":
+        head_file.unlink()
+    else:
+        (copy / "benchmarks.json").write_text("{")
+    code, out, err = gate(capsys, "--results", str(copy), "--base", shas["base"],
+                          "--head", shas["slow"])
+    assert code == 2 and out == ""
+    assert message in err
+
+
+def test_corrupt_file_of_another_commit_is_only_a_warning(toy, tmp_path, capsys):
+    results, shas = toy
+    copy = copy_results(results, tmp_path)
+    other = next((copy / TOY_MACHINE).glob(f"{shas['broken'][:8]}-*.json"))
+    other.write_text("not json")
+    # A per-commit sidecar (benchmarks/run.py writes versions-<sha>.json) of another commit.
+    (copy / TOY_MACHINE / f"versions-{shas['nan']}.json").write_text("{")
+    code, out, _ = gate(capsys, "--results", str(copy), "--base", shas["base"],
+                        "--head", shas["same"])
+    assert code == 0
+    assert f"{TOY_MACHINE}/{other.name}: not valid JSON" in out
+    assert f"{TOY_MACHINE}/versions-{shas['nan']}.json: not valid JSON" in out
+    # The same damage to the head's own sidecar is fatal.
+    (copy / TOY_MACHINE / f"versions-{shas['same']}.json").write_text("{")
+    code, _, err = gate(capsys, "--results", str(copy), "--base", shas["base"],
+                        "--head", shas["same"])
+    assert code == 2 and f"versions-{shas['same']}.json" in err
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--results", "/nonexistent"], "does not exist"),
+        (["--machine", "gpu-x"], "unknown machine(s) ['gpu-x']"),
+        (["--policy", "/nonexistent.toml"], "cannot read policy file"),
+    ],
+    ids=["no-results-dir", "unknown-machine", "no-policy-file"],
+)
+def test_usage_errors_exit_2(toy, capsys, args, message):
+    results, shas = toy
+    base = ["--results", str(results), "--base", shas["base"], "--head", shas["same"]]
+    code, _, err = gate(capsys, *base, *args)
+    assert code == 2 and message in err
+
+
+def test_machine_with_only_one_commit(toy, tmp_path, capsys):
+    results, shas = toy
+    copy = copy_results(results, tmp_path)
+    lone = copy / "other-gpu"
+    lone.mkdir()
+    shutil.copy(copy / TOY_MACHINE / "machine.json", lone / "machine.json")
+    base_file = next((copy / TOY_MACHINE).glob(f"{shas['base'][:8]}-*.json"))
+    shutil.copy(base_file, lone / base_file.name)
+    args = ["--results", str(copy), "--base", shas["base"], "--head", shas["same"]]
+    code, out, _ = gate(capsys, *args)
+    assert code == 0 and "other-gpu has results for the base only" in out
+    code, _, err = gate(capsys, *args, "--machine", "other-gpu")
+    assert code == 2 and "other-gpu: base present, head MISSING" in err
+
+
+def test_nothing_comparable_exits_2(toy, tmp_path, capsys):
+    results, shas = toy
+    copy = copy_results(results, tmp_path)
+    for path in (copy / TOY_MACHINE).glob("*-*.json"):
+        data = json.loads(path.read_text())
+        for row in data["results"].values():
+            row[0] = None  # every benchmark failed
+        path.write_text(json.dumps(data))
+    code, _, err = gate(capsys, "--results", str(copy), "--base", shas["base"],
+                        "--head", shas["same"])
+    assert code == 2 and "nothing comparable" in err
+
+
+def test_argparse_usage_error_exits_2(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--results", "x"])
+    assert exc.value.code == 2
+
+
+def test_command_line_exit_codes(toy):
+    """The real process exit status, as CI sees it."""
+    results, shas = toy
+    cmd = [sys.executable, "-m", "safeattn.regress.gate", "--results", str(results),
+           "--base", shas["base"]]
+    slow = subprocess.run([*cmd, "--head", shas["slow"]], capture_output=True, text=True)
+    assert slow.returncode == 1, slow.stderr
+    same = subprocess.run([*cmd, "--head", shas["same"]], capture_output=True, text=True)
+    assert same.returncode == 0, same.stderr
