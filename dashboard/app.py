@@ -17,17 +17,9 @@ if _REPO_ROOT not in sys.path:
 import streamlit as st  # noqa: E402
 
 from dashboard import state  # noqa: E402
+from dashboard.views import PAGES  # noqa: E402
 
-PAGES = {
-    "overview": "Overview",
-    "history": "History",
-    "compare": "Compare",
-    "peers": "Peers",
-    "resources": "Resources",
-    "numerics": "Numerics",
-}
-
-st.set_page_config(page_title="safeattn dashboard", page_icon="🛡️", layout="wide")
+st.set_page_config(page_title="safeattn dashboard", layout="wide")
 navigation = st.navigation(
     [
         st.Page(f"pages/{name}.py", title=title, url_path=name, default=name == "overview")

@@ -31,6 +31,15 @@ from safeattn.regress.metrics import (
 )
 from safeattn.regress.results import LoadedResults, format_param_key
 
+# The app's pages: URL path (and file pages/<name>.py) -> navigation title.
+PAGES: dict[str, str] = {
+    "overview": "Overview",
+    "history": "History",
+    "compare": "Compare",
+    "peers": "Peers",
+    "resources": "Resources",
+    "numerics": "Numerics",
+}
 # Time metrics and the pass whose FLOPs they time (for TFLOP/s).
 TIME_METRIC_PASSES: dict[str, str] = {
     "forward_ms": "forward",
@@ -98,7 +107,7 @@ class MachineHealth:
     ``comparison``: :func:`compare` rows (empty when there is no parent commit).
     ``counts``: verdict -> number of rows, every verdict of ``VERDICTS`` present.
     ``safety``: safeattn and peer rows of the must-be-zero rates at head, one row per
-    (metric, param_key) with ``value``.
+    (metric, param_key) with ``value``. ``error``: why the comparison could not be made.
     """
 
     machine: str
@@ -109,6 +118,7 @@ class MachineHealth:
     comparison: pd.DataFrame
     counts: dict[str, int]
     safety: pd.DataFrame
+    error: str | None = None
 
     def rows(self, verdict: str) -> pd.DataFrame:
         """The comparison rows with one verdict, worst ratio first."""
@@ -123,10 +133,13 @@ def overview(loaded: LoadedResults, policy: Policy) -> list[MachineHealth]:
         shas = commits_newest_first(loaded, machine)
         head = shas[0]
         parent = parent_commit(loaded, head, machine)
+        comparison = pd.DataFrame(columns=["verdict", "ratio"])
+        error = None
         if parent is not None:
-            comparison = compare(loaded, parent, head, machine, policy)
-        else:
-            comparison = pd.DataFrame(columns=["verdict", "ratio"])
+            try:
+                comparison = compare(loaded, parent, head, machine, policy)
+            except Exception as exc:  # one machine's failure must not hide the others
+                error = f"comparison failed: {exc!r}"
         counts = {v: int((comparison["verdict"] == v).sum()) for v in VERDICTS}
         head_rows = _rows(loaded, machine, head)
         out.append(
@@ -139,6 +152,7 @@ def overview(loaded: LoadedResults, policy: Policy) -> list[MachineHealth]:
                 comparison=comparison,
                 counts=counts,
                 safety=head_rows[head_rows["metric"].isin(SAFETY_METRICS)],
+                error=error,
             )
         )
     return out

@@ -19,7 +19,11 @@ if base == head:
     st.info("Pick two different commits (this machine may have results for one commit only).")
     st.stop()
 
-comparison = compare(loaded, base, head, machine, state.policy())
+try:
+    comparison = compare(loaded, base, head, machine, state.policy())
+except Exception as exc:  # a bug or odd data in one pair must not take the page down
+    st.error(f"Comparing `{views.short(base)}` → `{views.short(head)}` failed: {exc!r}")
+    st.stop()
 counts = views.verdict_counts(comparison)
 blocking = counts["failure"] + counts["regression"] + counts["missing"]
 summary = ", ".join(f"{v}: {n}" for v, n in counts.items() if n)

@@ -24,11 +24,14 @@ for h in health:
     )
     if h.parent is not None:
         st.page_link(
-            "pages/compare.py", label="Open this pair on the compare page", icon="🔍",
+            "pages/compare.py", label="Open this pair on the compare page",
+            icon=":material/compare_arrows:",
             query_params={"machine": h.machine, "base": h.parent[:12], "head": h.head[:12]},
         )
     blocking = h.counts["failure"] + h.counts["regression"] + h.counts["missing"]
-    if h.parent is None:
+    if h.error:
+        st.error(f"Could not judge this commit: {h.error}")
+    elif h.parent is None:
         st.info("Only one commit has results here: nothing to compare yet.")
     elif blocking:
         st.error(f"{blocking} blocking verdict(s): the gate would fail this commit.")

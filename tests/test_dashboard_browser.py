@@ -1,0 +1,75 @@
+"""The dashboard in a real browser: ``streamlit run`` on localhost, headless Chromium.
+
+Checks the health endpoint, loads every page, fails on any Streamlit exception box, and
+saves a screenshot per page (under pytest's tmp dir; ``DASHBOARD_SCREENSHOTS=DIR`` keeps
+them elsewhere). With ``CI=true`` a missing Chromium is a failure, not a skip.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+# `dashboard` is not an installed package (only `safeattn` is): import it from the checkout.
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from dashboard.browser import Chromium, find_chromium, serve  # noqa: E402
+from dashboard.sample_results import make_sample_results  # noqa: E402
+from dashboard.views import PAGES  # noqa: E402
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    path = find_chromium()
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("Chromium is missing on CI: .ci/run installs Debian's chromium package")
+        pytest.skip("no Chromium on this machine (apt-get install -y chromium)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def results_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Real asv runs (see dashboard.sample_results), not the AppTest module's fixture:
+    # this module must also run alone.
+    return make_sample_results(tmp_path_factory.mktemp("asv_browser"))
+
+
+def test_every_page_loads_in_chromium(
+    chromium: str, results_dir: Path, tmp_path: Path
+) -> None:
+    shots = Path(os.environ.get("DASHBOARD_SCREENSHOTS", tmp_path))
+    shots.mkdir(parents=True, exist_ok=True)
+    with serve(results_dir) as base:
+        with urllib.request.urlopen(f"{base}/_stcore/health", timeout=10) as r:
+            assert r.status == 200 and r.read().decode().strip() == "ok"
+        with Chromium(chromium) as browser:
+            for name, title in PAGES.items():
+                seen = browser.check_page(f"{base}/{name}")
+                (shots / f"{name}.png").write_bytes(seen.png)
+                assert not seen.exceptions, f"{name}: {seen.exceptions}"
+                # the page really rendered (not a blank or an error screen)
+                assert seen.title, f"{name}: no heading"
+                assert seen.png.startswith(b"\x89PNG") and len(seen.png) > 10_000
+                assert title.lower() in seen.title.lower(), seen.title
+
+
+def test_the_check_catches_an_exception_box(chromium: str, tmp_path: Path) -> None:
+    """The exception check is not vacuous: a page that raises is caught."""
+    broken = tmp_path / "broken_app.py"
+    broken.write_text(
+        "import streamlit as st\n"
+        "st.title('broken')\n"
+        "raise RuntimeError('planted failure')\n"
+    )
+    with serve(tmp_path, app=broken) as base, Chromium(chromium) as browser:
+        seen = browser.check_page(base)
+    assert seen.exceptions and "planted failure" in seen.exceptions[0]
