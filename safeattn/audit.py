@@ -1,0 +1,277 @@
+"""Static resource audit: cross-compile every kernel × shipped config × dtype × head-dim
+bucket for each supported architecture (no GPU needed) and report shared memory, registers
+and spills against that architecture's limits (``safeattn.gpu_limits``).
+
+Triton compiles for a target without a device (``GPUTarget``); its wheel carries ptxas and
+cuobjdump, which give the register count and local-memory (spill) bytes of the cubin.
+Arguments are specialised the way a launch on contiguous, 16-byte-aligned tensors
+specialises them (pointers and strides divisible by 16, unit strides as constants), so the
+figures are those of the kernels that really run.
+
+    python -m safeattn.audit                 # everything, table on stdout
+    python -m safeattn.audit --arch sm86 --json audit.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+
+import torch
+
+from .gpu_limits import ARCHS, ArchLimits
+from .kernels import configs
+from .kernels.configs import KernelConfig
+
+# Audited feature variants: "causal" exercises the fully-allowed and the diagonal paths;
+# "masked" adds every mask load (key mask, additive float mask, two-sided window).
+VARIANTS: tuple[str, ...] = ("causal", "masked")
+_DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
+_TRITON_TYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    kernel: str
+    arch: str
+    dtype: str
+    head_dim: int  # head-dim tile (bucket): 16, 32, 64, 128, 256
+    variant: str
+    config: str
+    shared_bytes: int
+    registers: int
+    spills: int  # local-memory bytes per thread (spill space)
+    smem_limit: int
+    fits: bool
+
+
+def _kernel_fn(kernel: str):
+    from .kernels import backward, forward
+
+    return {
+        "forward": forward._attn_fwd,
+        "bwd_preprocess": backward._bwd_preprocess,
+        "bwd_dkdv": backward._bwd_dkdv,
+        "bwd_dq": backward._bwd_dq,
+    }[kernel]
+
+
+_POINTERS = {"Q", "K", "V", "Out", "dOut", "dK", "dV", "dQ"}
+_FP32_POINTERS = {"Lse2", "Delta"}
+
+
+def _representative_value(name: str, head_dim: int) -> int:
+    """A launch-like value for an integer argument (contiguous (B, H, N, D) tensors)."""
+    if name.endswith("d") and name.startswith("stride"):
+        return 1  # unit stride along D (and along keys of a key mask)
+    if name in ("stride_kmn", "stride_amn", "stride_lm"):
+        return 1
+    if name.startswith("stride"):
+        return 1024 * head_dim if name.endswith(("b", "h")) else head_dim
+    if name in ("heads_q", "heads_kv"):
+        return 16
+    if name == "group":
+        return 2
+    return 1000  # lengths, window sizes, head_dim: runtime values, not specialised
+
+
+def _signature(fn, dtype: torch.dtype, variant: str, constexprs: dict, head_dim: int):
+    """Signature, constants and attrs for ASTSource, mirroring launch-time specialisation."""
+    signature, consts, attrs = {}, dict(constexprs), {}
+    do_not_spec = {p.name for p in fn.params if p.do_not_specialize}
+    for i, p in enumerate(fn.params):
+        name = p.name
+        if p.is_constexpr:
+            signature[name] = "constexpr"
+            continue
+        if name in _POINTERS:
+            signature[name] = "*" + _TRITON_TYPES[dtype]
+        elif name in _FP32_POINTERS:
+            signature[name] = "*fp32"
+        elif name == "KeyMask":
+            signature[name] = "*u8"
+        elif name == "AttnMask":
+            signature[name] = "*" + (_TRITON_TYPES[dtype] if variant == "masked" else "u8")
+        elif name.startswith("CuSeq"):
+            signature[name] = "*i32"
+        elif name in ("qk_scale", "sm_scale"):
+            signature[name] = "fp32"
+            continue
+        else:
+            value = _representative_value(name, head_dim)
+            if name not in do_not_spec and value == 1:
+                signature[name] = "constexpr"
+                consts[name] = 1
+                continue
+            signature[name] = "i32"
+            if name not in do_not_spec and value % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+            continue
+        attrs[(i,)] = [["tt.divisibility", 16]]  # 16-byte aligned pointers
+    return signature, consts, attrs
+
+
+def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: int, variant: str):
+    masked = variant == "masked"
+    if kernel == "bwd_preprocess":
+        return dict(IS_VARLEN=False, BLOCK_M=cfg.block_m, BLOCK_D=head_dim)
+    return dict(
+        IS_VARLEN=False,
+        BOTTOM_RIGHT=masked,
+        HAS_WINDOW_LEFT=masked,
+        HAS_WINDOW_RIGHT=True,
+        HAS_KEY_MASK=masked,
+        MASK_KIND=2 if masked else 0,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        BLOCK_D=head_dim,
+        EVEN_D=True,
+        DOT_PRECISION="ieee" if dtype == torch.float32 else "tf32",
+        UPCAST_DOT=False,
+    )
+
+
+def _triton_bin(tool: str) -> str:
+    import triton
+
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", tool)
+
+
+def _regs_and_local(cubin: bytes) -> tuple[int, int]:
+    """(registers per thread, local-memory bytes per thread) from ``cuobjdump -res-usage``."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run(
+            [_triton_bin("cuobjdump"), "-res-usage", f.name],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+    regs = re.search(r"REG:(\d+)", text)
+    local = re.search(r"LOCAL:(\d+)", text)
+    return (int(regs.group(1)) if regs else -1, int(local.group(1)) if local else -1)
+
+
+def audit_one(
+    kernel: str, arch: ArchLimits, dtype: torch.dtype, head_dim: int, variant: str,
+    cfg: KernelConfig,
+) -> AuditRow:  # fmt: skip
+    """Cross-compile one kernel/config for one architecture and measure it."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = _kernel_fn(kernel)
+    cx = _constexprs(kernel, cfg, dtype, head_dim, variant)
+    signature, consts, attrs = _signature(fn, dtype, variant, cx, head_dim)
+    src = ASTSource(fn=fn, signature=signature, constexprs=consts, attrs=attrs)
+    compiled = triton.compile(
+        src,
+        target=GPUTarget("cuda", arch.capability, 32),
+        options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
+    )
+    shared = int(compiled.metadata.shared)
+    regs, local = _regs_and_local(compiled.asm["cubin"])
+    return AuditRow(
+        kernel=kernel,
+        arch=arch.name,
+        dtype=_DTYPE_NAMES[dtype],
+        head_dim=head_dim,
+        variant=variant,
+        config=str(cfg),
+        shared_bytes=shared,
+        registers=regs,
+        spills=local,
+        smem_limit=arch.smem_optin_bytes,
+        fits=shared <= arch.smem_optin_bytes and 0 <= regs <= arch.max_regs_per_thread,
+    )
+
+
+def _jobs(archs, kernels, dtypes, head_dims, variants):
+    for kernel in kernels:
+        for dtype in dtypes:
+            for hd in head_dims:
+                cands = configs.candidates(kernel, hd, dtype)
+                for variant in variants if kernel != "bwd_preprocess" else ("causal",):
+                    for cfg in cands:
+                        for arch in archs:
+                            yield (kernel, ARCHS[arch], dtype, hd, variant, cfg)
+
+
+def _run_job(job) -> AuditRow:
+    return audit_one(*job)
+
+
+def audit(
+    archs: Iterable[str] | None = None,
+    kernels: Iterable[str] | None = None,
+    dtypes: Iterable[torch.dtype] | None = None,
+    head_dims: Iterable[int] | None = None,
+    variants: Iterable[str] | None = None,
+    workers: int | None = None,
+    progress: bool = False,
+) -> list[AuditRow]:
+    """Audit every combination (defaults: everything shipped). Returns one row per
+    kernel × arch × dtype × head-dim tile × variant × config. Compiles run in ``workers``
+    processes (default: CPU count); Triton's on-disk cache makes repeated audits cheap."""
+    jobs = list(
+        _jobs(
+            list(archs or ARCHS),
+            list(kernels or configs.KERNELS),
+            list(dtypes or configs.DTYPES),
+            list(head_dims or configs.HEAD_DIM_BUCKETS),
+            list(variants or VARIANTS),
+        )
+    )
+    workers = workers or os.cpu_count() or 1
+    rows: list[AuditRow] = []
+    if workers == 1:
+        for i, job in enumerate(jobs, 1):
+            rows.append(_run_job(job))
+            if progress:
+                print(f"[audit] {i}/{len(jobs)}", file=sys.stderr, flush=True)
+        return rows
+    ctx = __import__("multiprocessing").get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        for i, row in enumerate(pool.map(_run_job, jobs), 1):
+            rows.append(row)
+            if progress and (i % 10 == 0 or i == len(jobs)):
+                print(f"[audit] {i}/{len(jobs)} compiled", file=sys.stderr, flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: print the audit table; exit 1 if any shipped config does not fit its arch."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--arch", action="append", choices=list(ARCHS), help="repeatable; default all")
+    ap.add_argument("--kernel", action="append", choices=list(configs.KERNELS))
+    ap.add_argument("--dtype", action="append", choices=list(_DTYPE_NAMES.values()))
+    ap.add_argument("--head-dim", action="append", type=int, choices=configs.HEAD_DIM_BUCKETS)
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--json", help="also write the rows to this file")
+    args = ap.parse_args(argv)
+    dtypes = [getattr(torch, d) for d in args.dtype] if args.dtype else None
+    rows = audit(args.arch, args.kernel, dtypes, args.head_dim, workers=args.workers, progress=True)
+    print(f"{'kernel':<15}{'arch':<6}{'dtype':<10}{'D':>4} {'variant':<8}{'config':<16}"
+          f"{'shared':>8}{'limit':>8}{'regs':>6}{'local':>6}  fits")  # fmt: skip
+    for r in rows:
+        print(f"{r.kernel:<15}{r.arch:<6}{r.dtype:<10}{r.head_dim:>4} {r.variant:<8}{r.config:<16}"
+              f"{r.shared_bytes:>8}{r.smem_limit:>8}{r.registers:>6}{r.spills:>6}  "
+              f"{'yes' if r.fits else 'NO'}")  # fmt: skip
+    bad = [r for r in rows if not r.fits]
+    print(f"{len(rows)} compiled, {len(bad)} over a limit", file=sys.stderr)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([asdict(r) for r in rows], f, indent=1)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

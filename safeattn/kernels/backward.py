@@ -1,0 +1,536 @@
+"""Backward attention kernels (FlashAttention-2 style recomputation from the saved LSE).
+
+Three launches, none of them with atomics, so gradients are deterministic by construction:
+- ``_bwd_preprocess``: delta = rowsum(dO * O) per query row (fp32).
+- ``_bwd_dkdv``: one program owns a block of keys of one KV head and loops over every query
+  head of its GQA group and every query block that can see those keys; it writes dK, dV once.
+- ``_bwd_dq``: one program owns a block of query rows of one query head and loops over keys.
+
+NOTE: empty rows — their saved lse2 is -inf; the backward reads it as +inf so that
+``p = exp2(s - lse2)`` is exactly 0, and in masked blocks their Q and dO rows are replaced by
+zeros so that ``0 * NaN`` from a garbage query row cannot reach dK or dV.
+
+NOTE: excluded keys — ``ds`` is selected with ``tl.where`` on excluded pairs (dP may hold
+NaN from an excluded, poisoned V), and the K operand of ``dQ += dS @ K`` has its non-finite
+entries zeroed in masked blocks: an included non-finite K already makes the row's dS
+non-finite, so nothing that should propagate is lost.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .forward import _allowed_pairs, _key_ranges
+
+
+@triton.jit(do_not_specialize=["seq_q"])
+def _bwd_preprocess(
+    Out,
+    dOut,
+    Delta,
+    CuSeqQ,
+    stride_ob, stride_oh, stride_om, stride_od,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    stride_lb, stride_lh, stride_lm,
+    heads_q,
+    seq_q,
+    head_dim,
+    IS_VARLEN: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """Grid: (cdiv(max Nq, BLOCK_M), B * Hq). Delta[b, h, m] = sum_d dO * O (fp32)."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // heads_q
+    h = pid_bh % heads_q
+    if IS_VARLEN:
+        q_start = tl.load(CuSeqQ + b)
+        n_q = tl.load(CuSeqQ + b + 1) - q_start
+    else:
+        q_start = 0
+        n_q = seq_q
+    m_start = pid_m * BLOCK_M
+    if m_start >= n_q:
+        return
+    b64 = b.to(tl.int64)
+    h64 = h.to(tl.int64)
+    offs_m = m_start + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = (offs_m < n_q)[:, None] & (offs_d < head_dim)[None, :]
+    o_base = Out + b64 * stride_ob + h64 * stride_oh + q_start.to(tl.int64) * stride_om
+    do_base = dOut + b64 * stride_dob + h64 * stride_doh + q_start.to(tl.int64) * stride_dom
+    o = tl.load(
+        o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od, mask=mask, other=0.0
+    )
+    do = tl.load(
+        do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod, mask=mask, other=0.0
+    )
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+    d_base = Delta + b64 * stride_lb + h64 * stride_lh + q_start.to(tl.int64) * stride_lm
+    tl.store(d_base + offs_m * stride_lm, delta, mask=offs_m < n_q)
+
+
+@triton.jit
+def _query_ranges(
+    n_start,
+    n_q,
+    n_k,
+    diag,
+    window_left,
+    window_right,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HAS_WINDOW_LEFT: tl.constexpr,
+    HAS_WINDOW_RIGHT: tl.constexpr,
+    ANY_MASK: tl.constexpr,
+):
+    """Query-block boundaries that can see keys [n_start, n_start + BLOCK_N):
+    [lo, full_lo) masked, [full_lo, full_hi) fully allowed, [full_hi, hi) masked.
+    Key j is allowed for row i iff  j - diag - right <= i <= j - diag + left."""
+    n_last = n_start + BLOCK_N - 1
+    lo = 0
+    hi = n_q
+    if HAS_WINDOW_RIGHT:
+        lo = tl.maximum(n_start - diag - window_right, 0)
+        lo = tl.minimum(lo, hi)
+        lo = (lo // BLOCK_M) * BLOCK_M
+    if HAS_WINDOW_LEFT:
+        hi = tl.minimum(hi, tl.maximum(n_last - diag + window_left + 1, 0))
+    full_lo = lo
+    full_hi = (n_q // BLOCK_M) * BLOCK_M
+    if HAS_WINDOW_RIGHT:
+        first_full = tl.maximum(n_last - diag - window_right, 0)
+        full_lo = tl.maximum(full_lo, ((first_full + BLOCK_M - 1) // BLOCK_M) * BLOCK_M)
+    if HAS_WINDOW_LEFT:
+        last_full = tl.maximum(n_start - diag + window_left + 1, 0)
+        full_hi = tl.minimum(full_hi, (last_full // BLOCK_M) * BLOCK_M)
+    if ANY_MASK or (n_start + BLOCK_N > n_k):
+        full_hi = lo
+    full_lo = tl.minimum(full_lo, hi)
+    full_hi = tl.maximum(tl.minimum(full_hi, hi), full_lo)
+    return lo, full_lo, full_hi, hi
+
+
+@triton.jit
+def _dkdv_inner(
+    dk,
+    dv,
+    k,
+    v,
+    q_base,
+    do_base,
+    lse_base,
+    delta_base,
+    km_base,
+    am_base,
+    start,
+    end,
+    offs_n,
+    offs_m0,
+    offs_d,
+    n_q,
+    n_k,
+    diag,
+    window_left,
+    window_right,
+    qk_scale,
+    head_dim,
+    stride_qm,
+    stride_qd,
+    stride_dom,
+    stride_dod,
+    stride_lm,
+    stride_kmn,
+    stride_amm,
+    stride_amn,
+    MASKED: tl.constexpr,
+    HAS_WINDOW_LEFT: tl.constexpr,
+    HAS_WINDOW_RIGHT: tl.constexpr,
+    HAS_KEY_MASK: tl.constexpr,
+    MASK_KIND: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,
+):
+    mask_d = offs_d < head_dim
+    for start_m in tl.range(start, end, BLOCK_M):
+        offs_m = start_m + offs_m0
+        q_ptrs = q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
+        do_ptrs = do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod
+        if MASKED:
+            row_mask = offs_m < n_q
+            qd_mask = row_mask[:, None] & mask_d[None, :]
+            q = tl.load(q_ptrs, mask=qd_mask, other=0.0)
+            do = tl.load(do_ptrs, mask=qd_mask, other=0.0)
+            lse2 = tl.load(lse_base + offs_m * stride_lm, mask=row_mask, other=float("-inf"))
+            delta = tl.load(delta_base + offs_m * stride_lm, mask=row_mask, other=0.0)
+            # NOTE: empty rows (module docstring).
+            live = lse2 != float("-inf")
+            q = tl.where(live[:, None], q, 0.0)
+            do = tl.where(live[:, None], do, 0.0)
+            delta = tl.where(live, delta, 0.0)
+        else:
+            if EVEN_D:
+                q = tl.load(q_ptrs)
+                do = tl.load(do_ptrs)
+            else:
+                q = tl.load(q_ptrs, mask=mask_d[None, :], other=0.0)
+                do = tl.load(do_ptrs, mask=mask_d[None, :], other=0.0)
+            lse2 = tl.load(lse_base + offs_m * stride_lm)
+            delta = tl.load(delta_base + offs_m * stride_lm)
+        lse2 = tl.where(lse2 == float("-inf"), float("inf"), lse2)
+        if UPCAST_DOT:
+            sT = tl.dot(k.to(tl.float32), tl.trans(q.to(tl.float32)), input_precision=DOT_PRECISION)
+        else:
+            sT = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION)
+        sT = sT * qk_scale
+        if MASKED:
+            allowed, bias = _allowed_pairs(
+                offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
+                km_base, stride_kmn, am_base, stride_amm, stride_amn,
+                HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
+            )  # fmt: skip
+            allowedT = tl.trans(allowed)
+            if MASK_KIND == 2:
+                sT = sT + tl.trans(bias)
+            sT = tl.where(allowedT, sT, float("-inf"))
+        pT = tl.math.exp2(sT - lse2[None, :])
+        if UPCAST_DOT:
+            dv = tl.dot(pT, do.to(tl.float32), dv, input_precision=DOT_PRECISION)
+            dpT = tl.dot(
+                v.to(tl.float32), tl.trans(do.to(tl.float32)), input_precision=DOT_PRECISION
+            )
+        else:
+            dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=DOT_PRECISION)
+            dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
+        dsT = pT * (dpT - delta[None, :])
+        if MASKED:
+            dsT = tl.where(allowedT, dsT, 0.0)
+        if UPCAST_DOT:
+            dk = tl.dot(dsT, q.to(tl.float32), dk, input_precision=DOT_PRECISION)
+        else:
+            dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=DOT_PRECISION)
+    return dk, dv
+
+
+@triton.jit(do_not_specialize=["seq_q", "seq_k", "window_left", "window_right"])
+def _bwd_dkdv(
+    Q, K, V, dOut, Lse2, Delta, dK, dV,
+    KeyMask, AttnMask, CuSeqQ, CuSeqK,
+    qk_scale, sm_scale,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    stride_dkb, stride_dkh, stride_dkn, stride_dkd,
+    stride_dvb, stride_dvh, stride_dvn, stride_dvd,
+    stride_lb, stride_lh, stride_lm,
+    stride_kmb, stride_kmn,
+    stride_amb, stride_amh, stride_amm, stride_amn,
+    heads_kv, group, seq_q, seq_k, window_left, window_right, head_dim,
+    IS_VARLEN: tl.constexpr,
+    BOTTOM_RIGHT: tl.constexpr,
+    HAS_WINDOW_LEFT: tl.constexpr,
+    HAS_WINDOW_RIGHT: tl.constexpr,
+    HAS_KEY_MASK: tl.constexpr,
+    MASK_KIND: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,
+):  # fmt: skip
+    """Grid: (cdiv(max Nk, BLOCK_N), B * Hkv). Writes dK, dV for BLOCK_N keys of one KV head,
+    summing over the GQA group's query heads in a fixed order."""
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // heads_kv
+    h_kv = pid_bh % heads_kv
+    if IS_VARLEN:
+        q_start = tl.load(CuSeqQ + b)
+        n_q = tl.load(CuSeqQ + b + 1) - q_start
+        k_start = tl.load(CuSeqK + b)
+        n_k = tl.load(CuSeqK + b + 1) - k_start
+    else:
+        q_start = 0
+        n_q = seq_q
+        k_start = 0
+        n_k = seq_k
+    n_start = pid_n * BLOCK_N
+    if n_start >= n_k:
+        return
+    diag = 0
+    if BOTTOM_RIGHT:
+        diag = n_k - n_q
+    b64 = b.to(tl.int64)
+    hkv64 = h_kv.to(tl.int64)
+    offs_n = n_start + tl.arange(0, BLOCK_N)
+    offs_m0 = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    kv_mask = (offs_n < n_k)[:, None] & (offs_d < head_dim)[None, :]
+    k_base = K + b64 * stride_kb + hkv64 * stride_kh + k_start.to(tl.int64) * stride_kn
+    v_base = V + b64 * stride_vb + hkv64 * stride_vh + k_start.to(tl.int64) * stride_vn
+    k = tl.load(
+        k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0
+    )
+    v = tl.load(
+        v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0
+    )
+    km_base = KeyMask + b64 * stride_kmb
+
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    ANY_MASK: tl.constexpr = HAS_KEY_MASK or (MASK_KIND != 0)
+    lo, full_lo, full_hi, hi = _query_ranges(
+        n_start, n_q, n_k, diag, window_left, window_right,
+        BLOCK_M, BLOCK_N, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, ANY_MASK,
+    )  # fmt: skip
+    for g in range(0, group):
+        h64 = (h_kv * group + g).to(tl.int64)
+        q_base = Q + b64 * stride_qb + h64 * stride_qh + q_start.to(tl.int64) * stride_qm
+        do_base = dOut + b64 * stride_dob + h64 * stride_doh + q_start.to(tl.int64) * stride_dom
+        lse_base = Lse2 + b64 * stride_lb + h64 * stride_lh + q_start.to(tl.int64) * stride_lm
+        delta_base = Delta + b64 * stride_lb + h64 * stride_lh + q_start.to(tl.int64) * stride_lm
+        am_base = AttnMask + b64 * stride_amb + h64 * stride_amh
+        dk, dv = _dkdv_inner(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, lo, full_lo,
+            offs_n, offs_m0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
+            stride_qm, stride_qd, stride_dom, stride_dod, stride_lm,
+            stride_kmn, stride_amm, stride_amn,
+            True, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_M, False,
+            DOT_PRECISION, UPCAST_DOT,
+        )  # fmt: skip
+        dk, dv = _dkdv_inner(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, full_lo, full_hi,
+            offs_n, offs_m0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
+            stride_qm, stride_qd, stride_dom, stride_dod, stride_lm,
+            stride_kmn, stride_amm, stride_amn,
+            False, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_M, EVEN_D,
+            DOT_PRECISION, UPCAST_DOT,
+        )  # fmt: skip
+        dk, dv = _dkdv_inner(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, full_hi, hi,
+            offs_n, offs_m0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
+            stride_qm, stride_qd, stride_dom, stride_dod, stride_lm,
+            stride_kmn, stride_amm, stride_amn,
+            True, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_M, False,
+            DOT_PRECISION, UPCAST_DOT,
+        )  # fmt: skip
+
+    dk = dk * sm_scale
+    dk_base = dK + b64 * stride_dkb + hkv64 * stride_dkh + k_start.to(tl.int64) * stride_dkn
+    dv_base = dV + b64 * stride_dvb + hkv64 * stride_dvh + k_start.to(tl.int64) * stride_dvn
+    tl.store(
+        dk_base + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
+        dk.to(dK.dtype.element_ty),
+        mask=kv_mask,
+    )
+    tl.store(
+        dv_base + offs_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
+        dv.to(dV.dtype.element_ty),
+        mask=kv_mask,
+    )
+
+
+@triton.jit
+def _dq_inner(
+    dq,
+    q,
+    do,
+    lse2,
+    delta,
+    k_base,
+    v_base,
+    km_base,
+    am_base,
+    start,
+    end,
+    offs_m,
+    offs_n0,
+    offs_d,
+    n_q,
+    n_k,
+    diag,
+    window_left,
+    window_right,
+    qk_scale,
+    head_dim,
+    stride_kn,
+    stride_kd,
+    stride_vn,
+    stride_vd,
+    stride_kmn,
+    stride_amm,
+    stride_amn,
+    MASKED: tl.constexpr,
+    HAS_WINDOW_LEFT: tl.constexpr,
+    HAS_WINDOW_RIGHT: tl.constexpr,
+    HAS_KEY_MASK: tl.constexpr,
+    MASK_KIND: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,
+):
+    mask_d = offs_d < head_dim
+    for start_n in tl.range(start, end, BLOCK_N):
+        offs_n = start_n + offs_n0
+        k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
+        v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+        if MASKED:
+            kv_mask = (offs_n < n_k)[:, None] & mask_d[None, :]
+            k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
+            v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
+        elif EVEN_D:
+            k = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
+        else:
+            k = tl.load(k_ptrs, mask=mask_d[None, :], other=0.0)
+            v = tl.load(v_ptrs, mask=mask_d[None, :], other=0.0)
+        if UPCAST_DOT:
+            s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision=DOT_PRECISION)
+            dp = tl.dot(
+                do.to(tl.float32), tl.trans(v.to(tl.float32)), input_precision=DOT_PRECISION
+            )
+        else:
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+            dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+        s = s * qk_scale
+        if MASKED:
+            allowed, bias = _allowed_pairs(
+                offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
+                km_base, stride_kmn, am_base, stride_amm, stride_amn,
+                HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
+            )  # fmt: skip
+            if MASK_KIND == 2:
+                s = s + bias
+            s = tl.where(allowed, s, float("-inf"))
+        p = tl.math.exp2(s - lse2[:, None])
+        ds = p * (dp - delta[:, None])
+        if MASKED:
+            ds = tl.where(allowed, ds, 0.0)
+            # NOTE: excluded keys (module docstring).
+            k32 = k.to(tl.float32)
+            k = tl.where((k32 == k32) & (tl.abs(k32) != float("inf")), k, 0.0)
+        if UPCAST_DOT:
+            dq = tl.dot(ds, k.to(tl.float32), dq, input_precision=DOT_PRECISION)
+        else:
+            dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PRECISION)
+    return dq
+
+
+@triton.jit(do_not_specialize=["seq_q", "seq_k", "window_left", "window_right"])
+def _bwd_dq(
+    Q, K, V, dOut, Lse2, Delta, dQ,
+    KeyMask, AttnMask, CuSeqQ, CuSeqK,
+    qk_scale, sm_scale,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    stride_dqb, stride_dqh, stride_dqm, stride_dqd,
+    stride_lb, stride_lh, stride_lm,
+    stride_kmb, stride_kmn,
+    stride_amb, stride_amh, stride_amm, stride_amn,
+    heads_q, group, seq_q, seq_k, window_left, window_right, head_dim,
+    IS_VARLEN: tl.constexpr,
+    BOTTOM_RIGHT: tl.constexpr,
+    HAS_WINDOW_LEFT: tl.constexpr,
+    HAS_WINDOW_RIGHT: tl.constexpr,
+    HAS_KEY_MASK: tl.constexpr,
+    MASK_KIND: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,
+):  # fmt: skip
+    """Grid: (cdiv(max Nq, BLOCK_M), B * Hq). Writes dQ for BLOCK_M rows of one query head."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // heads_q
+    h = pid_bh % heads_q
+    h_kv = h // group
+    if IS_VARLEN:
+        q_start = tl.load(CuSeqQ + b)
+        n_q = tl.load(CuSeqQ + b + 1) - q_start
+        k_start = tl.load(CuSeqK + b)
+        n_k = tl.load(CuSeqK + b + 1) - k_start
+    else:
+        q_start = 0
+        n_q = seq_q
+        k_start = 0
+        n_k = seq_k
+    m_start = pid_m * BLOCK_M
+    if m_start >= n_q:
+        return
+    diag = 0
+    if BOTTOM_RIGHT:
+        diag = n_k - n_q
+    b64 = b.to(tl.int64)
+    h64 = h.to(tl.int64)
+    offs_m = m_start + tl.arange(0, BLOCK_M)
+    offs_n0 = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_m = offs_m < n_q
+    qd_mask = mask_m[:, None] & (offs_d < head_dim)[None, :]
+    q_base = Q + b64 * stride_qb + h64 * stride_qh + q_start.to(tl.int64) * stride_qm
+    do_base = dOut + b64 * stride_dob + h64 * stride_doh + q_start.to(tl.int64) * stride_dom
+    q = tl.load(
+        q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd, mask=qd_mask, other=0.0
+    )
+    do = tl.load(
+        do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+        mask=qd_mask,
+        other=0.0,
+    )
+    l_off = b64 * stride_lb + h64 * stride_lh + q_start.to(tl.int64) * stride_lm
+    lse2 = tl.load(Lse2 + l_off + offs_m * stride_lm, mask=mask_m, other=float("-inf"))
+    delta = tl.load(Delta + l_off + offs_m * stride_lm, mask=mask_m, other=0.0)
+    # NOTE: empty rows (module docstring).
+    lse2 = tl.where(lse2 == float("-inf"), float("inf"), lse2)
+
+    k_base = K + b64 * stride_kb + h_kv.to(tl.int64) * stride_kh + k_start.to(tl.int64) * stride_kn
+    v_base = V + b64 * stride_vb + h_kv.to(tl.int64) * stride_vh + k_start.to(tl.int64) * stride_vn
+    km_base = KeyMask + b64 * stride_kmb
+    am_base = AttnMask + b64 * stride_amb + h64 * stride_amh
+
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    ANY_MASK: tl.constexpr = HAS_KEY_MASK or (MASK_KIND != 0)
+    lo, full_lo, full_hi, hi = _key_ranges(
+        m_start, n_k, diag, window_left, window_right,
+        BLOCK_M, BLOCK_N, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, ANY_MASK,
+    )  # fmt: skip
+    dq = _dq_inner(
+        dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, lo, full_lo,
+        offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
+        stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn,
+        True, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_N, False,
+        DOT_PRECISION, UPCAST_DOT,
+    )  # fmt: skip
+    dq = _dq_inner(
+        dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, full_lo, full_hi,
+        offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
+        stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn,
+        False, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_N, EVEN_D,
+        DOT_PRECISION, UPCAST_DOT,
+    )  # fmt: skip
+    dq = _dq_inner(
+        dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, full_hi, hi,
+        offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
+        stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn,
+        True, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_N, False,
+        DOT_PRECISION, UPCAST_DOT,
+    )  # fmt: skip
+    dq = dq * sm_scale
+    dq_base = dQ + b64 * stride_dqb + h64 * stride_dqh + q_start.to(tl.int64) * stride_dqm
+    tl.store(
+        dq_base + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
+        dq.to(dQ.dtype.element_ty),
+        mask=qd_mask,
+    )

@@ -1,0 +1,149 @@
+"""Config choice: a pure, bounded function of (kernel, head-dim bucket, dtype).
+
+- :func:`candidates` is the shipped list, best-first; the static audit (``safeattn.audit``)
+  cross-compiles every entry for each supported architecture.
+- :func:`keep` is the static filter; :func:`fits` prunes against a device's shared-memory
+  limit using the *compiled* kernel's figure (the launcher asks Triton), so a config over the
+  running GPU's opt-in limit is never launched.
+- :func:`tune_key` buckets lengths (next power of two, capped) so that a new sequence length
+  reuses an earlier choice instead of re-tuning; sequence lengths are runtime arguments of the
+  kernels (``do_not_specialize``), so they never trigger a recompile either.
+- Single-config mode: ``SAFEATTN_AUTOTUNE=0`` or ``deterministic=True`` take the first
+  candidate that fits, no timing; under ``TRITON_INTERPRET=1`` small interpreter blocks are used.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+KERNELS: tuple[str, ...] = ("forward", "bwd_preprocess", "bwd_dkdv", "bwd_dq")
+HEAD_DIM_BUCKETS: tuple[int, ...] = (16, 32, 64, 128, 256)
+DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    block_m: int  # query rows per block
+    block_n: int  # keys per block
+    num_warps: int
+    num_stages: int
+
+    def __str__(self) -> str:
+        return f"M{self.block_m}-N{self.block_n}-w{self.num_warps}-s{self.num_stages}"
+
+
+C = KernelConfig
+
+# Best-first lists for 2-byte dtypes, per head-dim bucket (16 and 32 share the 32 list).
+_HALF: dict[str, dict[int, list[KernelConfig]]] = {
+    "forward": {
+        32: [C(128, 64, 4, 3), C(128, 128, 4, 3), C(64, 64, 4, 3)],
+        64: [C(128, 64, 4, 3), C(128, 128, 8, 3), C(128, 64, 4, 4), C(64, 64, 4, 3)],
+        128: [C(128, 64, 8, 3), C(128, 128, 8, 2), C(128, 64, 4, 3), C(64, 64, 4, 3)],
+        256: [C(128, 64, 8, 2), C(64, 64, 4, 2), C(64, 32, 4, 2)],
+    },
+    "bwd_dkdv": {
+        32: [C(64, 128, 8, 2), C(32, 128, 4, 3), C(64, 64, 4, 3)],
+        64: [C(64, 128, 8, 2), C(32, 128, 4, 3), C(64, 64, 4, 3)],
+        128: [C(64, 128, 8, 2), C(32, 128, 4, 2), C(64, 64, 4, 2), C(32, 64, 4, 2)],
+        256: [C(32, 64, 4, 1), C(32, 32, 4, 1), C(16, 32, 4, 1)],
+    },
+    "bwd_dq": {
+        32: [C(128, 64, 8, 2), C(128, 32, 4, 3), C(64, 64, 4, 3)],
+        64: [C(128, 64, 8, 2), C(128, 32, 4, 3), C(64, 64, 4, 3)],
+        128: [C(128, 64, 8, 2), C(128, 32, 4, 2), C(64, 64, 4, 2), C(64, 32, 4, 2)],
+        256: [C(64, 32, 4, 1), C(32, 32, 4, 1), C(32, 16, 4, 1)],
+    },
+    "bwd_preprocess": {32: [C(128, 16, 4, 1)], 64: [C(128, 16, 4, 1)], 128: [C(64, 16, 4, 1)],
+                       256: [C(32, 16, 4, 1)]},
+}  # fmt: skip
+
+# fp32 (IEEE) tiles take twice the bytes and registers: smaller blocks.
+_FP32: dict[str, dict[int, list[KernelConfig]]] = {
+    "forward": {
+        32: [C(64, 64, 4, 2), C(64, 32, 4, 2)],
+        64: [C(64, 64, 4, 2), C(64, 32, 4, 2)],
+        128: [C(64, 32, 4, 2), C(32, 32, 4, 2)],
+        256: [C(32, 32, 4, 1), C(32, 16, 4, 1)],
+    },
+    "bwd_dkdv": {
+        32: [C(32, 64, 4, 2), C(32, 32, 4, 2)],
+        64: [C(32, 64, 4, 2), C(32, 32, 4, 2)],
+        128: [C(32, 32, 4, 1), C(16, 32, 4, 1)],
+        256: [C(16, 32, 4, 1), C(16, 16, 4, 1)],
+    },
+    "bwd_dq": {
+        32: [C(64, 32, 4, 2), C(32, 32, 4, 2)],
+        64: [C(64, 32, 4, 2), C(32, 32, 4, 2)],
+        128: [C(32, 32, 4, 1), C(32, 16, 4, 1)],
+        256: [C(32, 16, 4, 1), C(16, 16, 4, 1)],
+    },
+    "bwd_preprocess": _HALF["bwd_preprocess"],
+}
+
+# Under the interpreter: small, unequal blocks so that CPU tests with short sequences still
+# cross block boundaries on both axes.
+_INTERPRETER: dict[str, KernelConfig] = {
+    "forward": C(32, 16, 4, 1),
+    "bwd_preprocess": C(32, 16, 4, 1),
+    "bwd_dkdv": C(16, 32, 4, 1),
+    "bwd_dq": C(32, 16, 4, 1),
+}
+
+
+def block_d(head_dim: int) -> int:
+    """Head-dim tile: the next power of two, at least 16 (``tl.dot``'s minimum)."""
+    return max(16, 1 << (head_dim - 1).bit_length())
+
+
+def _bucket(head_dim_block: int) -> int:
+    return max(32, head_dim_block)
+
+
+def candidates(kernel: str, head_dim_block: int, dtype: torch.dtype) -> list[KernelConfig]:
+    """The shipped configs for one kernel, head-dim tile (16..256) and dtype, best first."""
+    table = _FP32 if dtype == torch.float32 else _HALF
+    return [c for c in table[kernel][_bucket(head_dim_block)] if keep(c, kernel, head_dim_block)]
+
+
+def keep(cfg: KernelConfig, kernel: str, head_dim_block: int) -> bool:
+    """Static filter: register-file sanity for the fp32 accumulators of one program.
+
+    The accumulator tile (rows × BLOCK_D fp32) spread over the program's threads must stay
+    well under the 255 registers a thread can hold, or the kernel spills.
+    """
+    rows = cfg.block_n if kernel == "bwd_dkdv" else cfg.block_m
+    n_acc = 2 if kernel == "bwd_dkdv" else 1  # dK and dV
+    regs_per_thread = n_acc * rows * head_dim_block // (cfg.num_warps * 32)
+    return regs_per_thread <= 128
+
+
+def interpreter_config(kernel: str) -> KernelConfig:
+    """The single config used under ``TRITON_INTERPRET=1``."""
+    return _INTERPRETER[kernel]
+
+
+def autotune_enabled() -> bool:
+    """``SAFEATTN_AUTOTUNE=0`` switches timing off (first fitting candidate wins)."""
+    return os.environ.get("SAFEATTN_AUTOTUNE", "1") != "0"
+
+
+def fits(shared_bytes: int, smem_limit: int) -> bool:
+    """Does a compiled kernel's dynamic shared memory fit the device's opt-in limit?"""
+    return shared_bytes <= smem_limit
+
+
+def length_bucket(n: int) -> int:
+    """Tune-key bucket of a length: next power of two, between 16 and 16384."""
+    n = max(16, min(int(n), 16384))
+    return 1 << (n - 1).bit_length()
+
+
+def tune_key(
+    kernel: str, dtype: torch.dtype, head_dim: int, seq_q: int, seq_k: int, flags: tuple
+) -> tuple:
+    """What a tuned choice is cached under: no raw lengths, only their buckets."""
+    return (kernel, dtype, block_d(head_dim), length_bucket(seq_q), length_bucket(seq_k), flags)

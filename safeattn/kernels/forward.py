@@ -1,0 +1,325 @@
+"""Forward attention kernel (FlashAttention-2 style online softmax).
+
+One program computes BLOCK_M query rows of one (batch, query head). Key blocks are visited in
+three ranges: masked blocks before the fully-allowed ones, fully-allowed blocks (no masking
+code at all), masked blocks after. Scores live in the log2 domain: ``s2 = q·k · scale·log2(e)``
+so the exponentials are ``exp2``; the saved LSE is in that domain too (``lse2``), which keeps
+the backward exact for large logits (no ln/log2 round trip).
+
+NOTE: empty rows — a row whose every key is excluded keeps ``m = -inf``; exponentials are
+taken against a safe maximum of 0 so that ``exp2(-inf - (-inf))`` (NaN) never occurs, the
+row's sum stays 0, its output is written as exactly 0 and its lse2 as -inf.
+
+NOTE: excluded values — ``p @ v`` with ``p = 0`` and a NaN in ``v`` is NaN, so masking the
+scores alone cannot keep a poisoned, excluded value out of a row. In masked blocks the kernel
+zeroes non-finite entries of V before the product and records, per row, whether any *allowed*
+key of that row had a non-finite value; such rows are written as NaN (contract item 3: an
+included non-finite input is never silently replaced).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+LOG2E = tl.constexpr(1.4426950408889634)
+
+
+@triton.jit
+def _allowed_pairs(
+    offs_m,
+    offs_n,
+    n_q,
+    n_k,
+    diag,
+    window_left,
+    window_right,
+    km_base,
+    stride_kmn,
+    am_base,
+    stride_amm,
+    stride_amn,
+    HAS_WINDOW_LEFT: tl.constexpr,
+    HAS_WINDOW_RIGHT: tl.constexpr,
+    HAS_KEY_MASK: tl.constexpr,
+    MASK_KIND: tl.constexpr,
+):
+    """(BLOCK_M, BLOCK_N) bool of allowed (query, key) pairs, plus the float bias (log2 units)
+    of an additive mask (the scalar 0.0 when there is none)."""
+    allowed = (offs_n < n_k)[None, :] & (offs_m < n_q)[:, None]
+    if HAS_WINDOW_RIGHT:
+        allowed = allowed & (offs_n[None, :] <= offs_m[:, None] + diag + window_right)
+    if HAS_WINDOW_LEFT:
+        allowed = allowed & (offs_n[None, :] >= offs_m[:, None] + diag - window_left)
+    if HAS_KEY_MASK:
+        km = tl.load(km_base + offs_n * stride_kmn, mask=offs_n < n_k, other=0)
+        allowed = allowed & (km != 0)[None, :]
+    bias = 0.0  # replaced by a tensor only for an additive mask (MASK_KIND is constexpr)
+    if MASK_KIND != 0:
+        am_ptrs = am_base + offs_m[:, None] * stride_amm + offs_n[None, :] * stride_amn
+        am_inb = (offs_m < n_q)[:, None] & (offs_n < n_k)[None, :]
+        if MASK_KIND == 1:
+            am = tl.load(am_ptrs, mask=am_inb, other=0)
+            allowed = allowed & (am != 0)
+        else:
+            am = tl.load(am_ptrs, mask=am_inb, other=0.0).to(tl.float32)
+            allowed = allowed & (am != float("-inf"))
+            bias = am * LOG2E
+    return allowed, bias
+
+
+@triton.jit
+def _fwd_inner(
+    acc,
+    m_i,
+    l_i,
+    row_bad,
+    q,
+    k_base,
+    v_base,
+    km_base,
+    am_base,
+    start,
+    end,
+    offs_m,
+    offs_n0,
+    offs_d,
+    n_q,
+    n_k,
+    diag,
+    window_left,
+    window_right,
+    qk_scale,
+    head_dim,
+    stride_kn,
+    stride_kd,
+    stride_vn,
+    stride_vd,
+    stride_kmn,
+    stride_amm,
+    stride_amn,
+    MASKED: tl.constexpr,
+    HAS_WINDOW_LEFT: tl.constexpr,
+    HAS_WINDOW_RIGHT: tl.constexpr,
+    HAS_KEY_MASK: tl.constexpr,
+    MASK_KIND: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,
+):
+    mask_d = offs_d < head_dim
+    for start_n in tl.range(start, end, BLOCK_N):
+        offs_n = start_n + offs_n0
+        k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
+        v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+        if MASKED:
+            kv_mask = (offs_n < n_k)[:, None] & mask_d[None, :]
+            k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
+            v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
+        elif EVEN_D:
+            k = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
+        else:
+            k = tl.load(k_ptrs, mask=mask_d[None, :], other=0.0)
+            v = tl.load(v_ptrs, mask=mask_d[None, :], other=0.0)
+        if UPCAST_DOT:
+            s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision=DOT_PRECISION)
+        else:
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        s = s * qk_scale
+        if MASKED:
+            allowed, bias = _allowed_pairs(
+                offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
+                km_base, stride_kmn, am_base, stride_amm, stride_amn,
+                HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
+            )  # fmt: skip
+            if MASK_KIND == 2:
+                s = s + bias
+            s = tl.where(allowed, s, float("-inf"))
+            # NOTE: excluded values (module docstring).
+            # Checked in fp32: the interpreter holds bf16 as raw bits.
+            v32 = v.to(tl.float32)
+            v_bad = (v32 != v32) | (tl.abs(v32) == float("inf"))
+            col_bad = tl.max(v_bad.to(tl.int32), 1)
+            row_bad = row_bad | tl.max((allowed & (col_bad[None, :] > 0)).to(tl.int32), 1)
+            v = tl.where(v_bad, 0.0, v)
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # NOTE: empty rows (module docstring).
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(s - m_safe[:, None])
+        alpha = tl.math.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        if UPCAST_DOT:
+            acc = tl.dot(p, v.to(tl.float32), acc, input_precision=DOT_PRECISION)
+        else:
+            acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+        m_i = m_new
+    return acc, m_i, l_i, row_bad
+
+
+@triton.jit
+def _key_ranges(
+    m_start,
+    n_k,
+    diag,
+    window_left,
+    window_right,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HAS_WINDOW_LEFT: tl.constexpr,
+    HAS_WINDOW_RIGHT: tl.constexpr,
+    ANY_MASK: tl.constexpr,
+):
+    """Key-block boundaries for query rows [m_start, m_start + BLOCK_M):
+    [lo, full_lo) masked, [full_lo, full_hi) fully allowed, [full_hi, hi) masked."""
+    m_last = m_start + BLOCK_M - 1
+    lo = 0
+    hi = n_k
+    if HAS_WINDOW_RIGHT:
+        hi = tl.minimum(hi, tl.maximum(m_last + diag + window_right + 1, 0))
+    if HAS_WINDOW_LEFT:
+        lo = tl.maximum(m_start + diag - window_left, 0)
+        lo = tl.minimum(lo, hi)
+        lo = (lo // BLOCK_N) * BLOCK_N
+    full_lo = lo
+    full_hi = (n_k // BLOCK_N) * BLOCK_N
+    if HAS_WINDOW_LEFT:
+        first_full = tl.maximum(m_last + diag - window_left, 0)
+        full_lo = tl.maximum(full_lo, ((first_full + BLOCK_N - 1) // BLOCK_N) * BLOCK_N)
+    if HAS_WINDOW_RIGHT:
+        last_full = tl.maximum(m_start + diag + window_right + 1, 0)
+        full_hi = tl.minimum(full_hi, (last_full // BLOCK_N) * BLOCK_N)
+    if ANY_MASK:
+        full_hi = lo
+    full_lo = tl.minimum(full_lo, hi)
+    full_hi = tl.maximum(tl.minimum(full_hi, hi), full_lo)
+    return lo, full_lo, full_hi, hi
+
+
+@triton.jit(do_not_specialize=["seq_q", "seq_k", "window_left", "window_right"])
+def _attn_fwd(
+    Q,
+    K,
+    V,
+    Out,
+    Lse2,
+    KeyMask,
+    AttnMask,
+    CuSeqQ,
+    CuSeqK,
+    qk_scale,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_om, stride_od,
+    stride_lb, stride_lh, stride_lm,
+    stride_kmb, stride_kmn,
+    stride_amb, stride_amh, stride_amm, stride_amn,
+    heads_q,
+    group,
+    seq_q,
+    seq_k,
+    window_left,
+    window_right,
+    head_dim,
+    IS_VARLEN: tl.constexpr,
+    BOTTOM_RIGHT: tl.constexpr,
+    HAS_WINDOW_LEFT: tl.constexpr,
+    HAS_WINDOW_RIGHT: tl.constexpr,
+    HAS_KEY_MASK: tl.constexpr,
+    MASK_KIND: tl.constexpr,  # 0 none, 1 bool (True = attend), 2 additive float
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    EVEN_D: tl.constexpr,  # head_dim == BLOCK_D: no masking along D
+    DOT_PRECISION: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,  # interpreter only: bf16 dot operands go through fp32
+):  # fmt: skip
+    """Grid: (cdiv(max Nq, BLOCK_M), B * Hq). Writes Out rows and Lse2 (log2-domain LSE)."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // heads_q
+    h = pid_bh % heads_q
+    h_kv = h // group
+    if IS_VARLEN:
+        q_start = tl.load(CuSeqQ + b)
+        n_q = tl.load(CuSeqQ + b + 1) - q_start
+        k_start = tl.load(CuSeqK + b)
+        n_k = tl.load(CuSeqK + b + 1) - k_start
+    else:
+        q_start = 0
+        n_q = seq_q
+        k_start = 0
+        n_k = seq_k
+    m_start = pid_m * BLOCK_M
+    if m_start >= n_q:
+        return
+    diag = 0
+    if BOTTOM_RIGHT:
+        diag = n_k - n_q
+    b64 = b.to(tl.int64)
+    offs_m = m_start + tl.arange(0, BLOCK_M)
+    offs_n0 = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_m = offs_m < n_q
+    mask_d = offs_d < head_dim
+
+    q_base = Q + b64 * stride_qb + h.to(tl.int64) * stride_qh + q_start.to(tl.int64) * stride_qm
+    q = tl.load(
+        q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+        mask=mask_m[:, None] & mask_d[None, :],
+        other=0.0,
+    )
+    k_base = K + b64 * stride_kb + h_kv.to(tl.int64) * stride_kh + k_start.to(tl.int64) * stride_kn
+    v_base = V + b64 * stride_vb + h_kv.to(tl.int64) * stride_vh + k_start.to(tl.int64) * stride_vn
+    km_base = KeyMask + b64 * stride_kmb
+    am_base = AttnMask + b64 * stride_amb + h.to(tl.int64) * stride_amh
+
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    row_bad = tl.zeros([BLOCK_M], dtype=tl.int32)
+
+    ANY_MASK: tl.constexpr = HAS_KEY_MASK or (MASK_KIND != 0)
+    lo, full_lo, full_hi, hi = _key_ranges(
+        m_start, n_k, diag, window_left, window_right,
+        BLOCK_M, BLOCK_N, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, ANY_MASK,
+    )  # fmt: skip
+    acc, m_i, l_i, row_bad = _fwd_inner(
+        acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, lo, full_lo,
+        offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
+        stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn,
+        True, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_N, False,
+        DOT_PRECISION, UPCAST_DOT,
+    )  # fmt: skip
+    acc, m_i, l_i, row_bad = _fwd_inner(
+        acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, full_lo, full_hi,
+        offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
+        stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn,
+        False, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_N, EVEN_D,
+        DOT_PRECISION, UPCAST_DOT,
+    )  # fmt: skip
+    acc, m_i, l_i, row_bad = _fwd_inner(
+        acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, full_hi, hi,
+        offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
+        stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn,
+        True, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_N, False,
+        DOT_PRECISION, UPCAST_DOT,
+    )  # fmt: skip
+
+    # NOTE: empty rows — l_i == 0 exactly when no key was allowed.
+    empty = l_i == 0.0
+    out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    out = tl.where((row_bad > 0)[:, None], float("nan"), out)
+    lse2 = tl.where(empty, float("-inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
+
+    o_base = Out + b64 * stride_ob + h.to(tl.int64) * stride_oh + q_start.to(tl.int64) * stride_om
+    tl.store(
+        o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+        out.to(Out.dtype.element_ty),
+        mask=mask_m[:, None] & mask_d[None, :],
+    )
+    l_base = Lse2 + b64 * stride_lb + h.to(tl.int64) * stride_lh + q_start.to(tl.int64) * stride_lm
+    tl.store(l_base + offs_m * stride_lm, lse2, mask=mask_m)

@@ -1,0 +1,315 @@
+"""Launchers (allocation, grids, config choice) and the autograd Function.
+
+Everything here receives an already-validated :class:`safeattn._inputs.AttnProblem`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from . import configs
+from .backward import _bwd_dkdv, _bwd_dq, _bwd_preprocess
+from .configs import KernelConfig
+from .forward import _attn_fwd
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+_LN2 = math.log(2.0)
+_LOG2E = 1.0 / _LN2
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """What one compiled kernel, as last launched, uses (GPU only)."""
+
+    name: str
+    config: str
+    shared_bytes: int
+    registers: int
+    spills: int
+
+
+_LAUNCHED: dict[str, KernelResources] = {}
+_CHOSEN: dict[tuple, KernelConfig] = {}
+
+
+def launched_kernels() -> dict[str, KernelResources]:
+    """Resources of the most recent launch of each kernel (``forward``, ``bwd_dq``, ...).
+
+    Empty on CPU / under the interpreter, where nothing is compiled.
+    """
+    return dict(_LAUNCHED)
+
+
+def chosen_configs() -> dict[tuple, KernelConfig]:
+    """The tuner's choices so far, keyed by :func:`configs.tune_key`."""
+    return dict(_CHOSEN)
+
+
+@dataclass(frozen=True)
+class Meta:
+    """The scalar part of a problem (hashable; travels through autograd's ctx)."""
+
+    varlen: bool
+    batch: int
+    heads_q: int
+    heads_kv: int
+    seq_q: int
+    seq_k: int
+    head_dim: int
+    bottom_right: bool
+    window_left: int
+    window_right: int
+    has_key_mask: bool
+    mask_kind: int  # 0 none, 1 bool, 2 additive float
+    scale: float
+    deterministic: bool
+
+    @property
+    def flags(self) -> tuple:
+        return (
+            self.varlen,
+            self.bottom_right,
+            self.window_left >= 0,
+            self.window_right >= 0,
+            self.has_key_mask,
+            self.mask_kind,
+        )
+
+
+def _constexprs(meta: Meta, dtype: torch.dtype, cfg: KernelConfig) -> dict:
+    bd = configs.block_d(meta.head_dim)
+    return dict(
+        IS_VARLEN=meta.varlen,
+        BOTTOM_RIGHT=meta.bottom_right,
+        HAS_WINDOW_LEFT=meta.window_left >= 0,
+        HAS_WINDOW_RIGHT=meta.window_right >= 0,
+        HAS_KEY_MASK=meta.has_key_mask,
+        MASK_KIND=meta.mask_kind,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        BLOCK_D=bd,
+        EVEN_D=bd == meta.head_dim,
+        DOT_PRECISION="ieee" if dtype == torch.float32 else "tf32",
+        # Interpreter bug (triton-lang/triton#11584): tl.dot multiplies raw bf16 bit patterns.
+        UPCAST_DOT=INTERPRET and dtype == torch.bfloat16,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+
+
+def _smem_limit(device: torch.device) -> int:
+    props = torch.cuda.get_device_properties(device)
+    limit = getattr(props, "shared_memory_per_block_optin", None)
+    if limit:
+        return int(limit)
+    driver = triton.runtime.driver.active
+    return int(driver.utils.get_device_properties(device.index or 0)["max_shared_mem"])
+
+
+def _launch(name, fn, grid, args, meta, dtype, device, seq_q, seq_k):
+    """Choose a config for ``fn`` (see configs.py) and launch it; returns the config used."""
+    if INTERPRET or device.type != "cuda":
+        cfg = configs.interpreter_config(name)
+        fn[grid(cfg)](*args, **_constexprs(meta, dtype, cfg))
+        return cfg
+    key = configs.tune_key(name, dtype, meta.head_dim, seq_q, seq_k, meta.flags)
+    key = (*key, device.index, meta.deterministic)
+    cfg = _CHOSEN.get(key)
+    if cfg is None:
+        cfg = _choose(name, fn, grid, args, meta, dtype, device)
+        _CHOSEN[key] = cfg
+    compiled = fn[grid(cfg)](*args, **_constexprs(meta, dtype, cfg))
+    _LAUNCHED[name] = KernelResources(
+        name=name,
+        config=str(cfg),
+        shared_bytes=int(compiled.metadata.shared),
+        registers=int(getattr(compiled, "n_regs", -1)),
+        spills=int(getattr(compiled, "n_spills", -1)),
+    )
+    return cfg
+
+
+def _choose(name, fn, grid, args, meta, dtype, device) -> KernelConfig:
+    """Prune candidates against the device's opt-in shared memory using the compiled size,
+    then time the survivors (unless single-config mode)."""
+    limit = _smem_limit(device)
+    fitting = []
+    for cfg in configs.candidates(name, configs.block_d(meta.head_dim), dtype):
+        compiled = fn.warmup(*args, grid=grid(cfg), **_constexprs(meta, dtype, cfg))
+        if configs.fits(int(compiled.metadata.shared), limit):
+            fitting.append(cfg)
+    if not fitting:
+        raise RuntimeError(
+            f"safeattn: no shipped {name} config fits this GPU's {limit} bytes of shared memory "
+            f"(head_dim={meta.head_dim}, dtype={dtype}). This is a bug: please report it."
+        )
+    if len(fitting) == 1 or meta.deterministic or not configs.autotune_enabled():
+        return fitting[0]
+    times = []
+    for cfg in fitting:
+        kw = _constexprs(meta, dtype, cfg)
+        ms = triton.testing.do_bench(
+            lambda c=cfg, kw=kw: fn[grid(c)](*args, **kw), warmup=5, rep=20
+        )
+        times.append(ms)
+    return fitting[times.index(min(times))]
+
+
+def _alloc_like(t: torch.Tensor) -> torch.Tensor:
+    """Output buffer with ``t``'s shape and memory layout. ``SAFEATTN_POISON_OUTPUTS=1``
+    fills it with NaN first, so a test can prove that every element gets written."""
+    out = torch.empty_like(t)
+    if os.environ.get("SAFEATTN_POISON_OUTPUTS") == "1":
+        out.fill_(float("nan"))
+    return out
+
+
+def _dense_strides(t: torch.Tensor, varlen: bool) -> tuple[int, int, int, int]:
+    """(batch, head, token, dim) strides; varlen tensors are (tokens, heads, dim)."""
+    if varlen:
+        return (0, t.stride(1), t.stride(0), t.stride(2))
+    return tuple(t.stride())  # type: ignore[return-value]
+
+
+def _lse_strides(lse: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
+    if varlen:  # (Hq, total_q)
+        return (0, lse.stride(0), lse.stride(1))
+    return tuple(lse.stride())  # type: ignore[return-value]
+
+
+def _mask_args(key_mask, attn_mask, fallback):
+    km = key_mask.view(torch.uint8) if key_mask is not None else fallback
+    km_strides = tuple(key_mask.stride()) if key_mask is not None else (0, 0)
+    if attn_mask is None:
+        am, am_strides = fallback, (0, 0, 0, 0)
+    else:
+        am = attn_mask.view(torch.uint8) if attn_mask.dtype == torch.bool else attn_mask
+        am_strides = tuple(attn_mask.stride())
+    return km, km_strides, am, am_strides
+
+
+def _new_lse(q: torch.Tensor, meta: Meta) -> torch.Tensor:
+    if meta.varlen:
+        return torch.empty((meta.heads_q, q.shape[0]), device=q.device, dtype=torch.float32)
+    return torch.empty((meta.batch, meta.heads_q, meta.seq_q), device=q.device, dtype=torch.float32)
+
+
+def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta):
+    """Run the forward kernel. Returns ``(out, lse2)``; lse2 is the log2-domain LSE, fp32,
+    (B, Hq, Nq) dense or (Hq, total_q) varlen, -inf on empty rows."""
+    out = _alloc_like(q)
+    lse2 = _new_lse(q, meta)
+    if out.numel() == 0:
+        return out, lse2
+    km, km_s, am, am_s = _mask_args(key_mask, attn_mask, q)
+    cu_q = cu_q if cu_q is not None else q
+    cu_k = cu_k if cu_k is not None else q
+    args = (
+        q, k, v, out, lse2, km, am, cu_q, cu_k, meta.scale * _LOG2E,
+        *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
+        *_dense_strides(v, meta.varlen), *_dense_strides(out, meta.varlen),
+        *_lse_strides(lse2, meta.varlen), *km_s, *am_s,
+        meta.heads_q, meta.heads_q // meta.heads_kv, meta.seq_q, meta.seq_k,
+        meta.window_left, meta.window_right, meta.head_dim,
+    )  # fmt: skip
+    grid = lambda c: (triton.cdiv(meta.seq_q, c.block_m), meta.batch * meta.heads_q)
+    _launch("forward", _attn_fwd, grid, args, meta, q.dtype, q.device, meta.seq_q, meta.seq_k)
+    return out, lse2
+
+
+def backward(q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, meta: Meta):
+    """Run the three backward kernels. Returns ``(dq, dk, dv)`` shaped like q, k, v."""
+    dq, dk, dv = _alloc_like(q), _alloc_like(k), _alloc_like(v)
+    if meta.batch == 0 or meta.heads_q == 0:
+        return dq, dk, dv
+    if meta.seq_q == 0 or meta.seq_k == 0:
+        # Nothing attends anything: every gradient is exactly zero.
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    delta = torch.empty_like(lse2)
+    km, km_s, am, am_s = _mask_args(key_mask, attn_mask, q)
+    cu_q = cu_q if cu_q is not None else q
+    cu_k = cu_k if cu_k is not None else q
+    group = meta.heads_q // meta.heads_kv
+    dev, dt = q.device, q.dtype
+
+    pre_args = (
+        out, dout, delta, cu_q, *_dense_strides(out, meta.varlen),
+        *_dense_strides(dout, meta.varlen), *_lse_strides(delta, meta.varlen),
+        meta.heads_q, meta.seq_q, meta.head_dim,
+    )  # fmt: skip
+    pre_grid = lambda c: (triton.cdiv(meta.seq_q, c.block_m), meta.batch * meta.heads_q)
+    _launch_pre(pre_args, pre_grid, meta, dt, dev)
+
+    common = (meta.scale * _LOG2E, meta.scale)
+    kv_args = (
+        q, k, v, dout, lse2, delta, dk, dv, km, am, cu_q, cu_k, *common,
+        *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
+        *_dense_strides(v, meta.varlen), *_dense_strides(dout, meta.varlen),
+        *_dense_strides(dk, meta.varlen), *_dense_strides(dv, meta.varlen),
+        *_lse_strides(lse2, meta.varlen), *km_s, *am_s,
+        meta.heads_kv, group, meta.seq_q, meta.seq_k,
+        meta.window_left, meta.window_right, meta.head_dim,
+    )  # fmt: skip
+    kv_grid = lambda c: (triton.cdiv(meta.seq_k, c.block_n), meta.batch * meta.heads_kv)
+    _launch("bwd_dkdv", _bwd_dkdv, kv_grid, kv_args, meta, dt, dev, meta.seq_q, meta.seq_k)
+
+    q_args = (
+        q, k, v, dout, lse2, delta, dq, km, am, cu_q, cu_k, *common,
+        *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
+        *_dense_strides(v, meta.varlen), *_dense_strides(dout, meta.varlen),
+        *_dense_strides(dq, meta.varlen), *_lse_strides(lse2, meta.varlen), *km_s, *am_s,
+        meta.heads_q, group, meta.seq_q, meta.seq_k,
+        meta.window_left, meta.window_right, meta.head_dim,
+    )  # fmt: skip
+    q_grid = lambda c: (triton.cdiv(meta.seq_q, c.block_m), meta.batch * meta.heads_q)
+    _launch("bwd_dq", _bwd_dq, q_grid, q_args, meta, dt, dev, meta.seq_q, meta.seq_k)
+    return dq, dk, dv
+
+
+def _launch_pre(args, grid, meta: Meta, dtype, device):
+    """The preprocess kernel takes fewer constexprs than the attention kernels."""
+    if INTERPRET or device.type != "cuda":
+        cfg = configs.interpreter_config("bwd_preprocess")
+    else:
+        cfg = configs.candidates("bwd_preprocess", configs.block_d(meta.head_dim), dtype)[0]
+    compiled = _bwd_preprocess[grid(cfg)](
+        *args,
+        IS_VARLEN=meta.varlen,
+        BLOCK_M=cfg.block_m,
+        BLOCK_D=configs.block_d(meta.head_dim),
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    if not INTERPRET and device.type == "cuda":
+        _LAUNCHED["bwd_preprocess"] = KernelResources(
+            "bwd_preprocess", str(cfg), int(compiled.metadata.shared),
+            int(getattr(compiled, "n_regs", -1)), int(getattr(compiled, "n_spills", -1)),
+        )  # fmt: skip
+
+
+class SafeAttentionFunction(torch.autograd.Function):
+    """Autograd glue: forward saves (q, k, v, out, lse2); backward recomputes."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta):
+        out, lse2 = forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta)
+        ctx.save_for_backward(q, k, v, out, lse2, key_mask, attn_mask, cu_q, cu_k)
+        ctx.meta = meta
+        ctx.mark_non_differentiable(lse2)
+        return out, lse2
+
+    @staticmethod
+    def backward(ctx, dout, _dlse2):
+        q, k, v, out, lse2, key_mask, attn_mask, cu_q, cu_k = ctx.saved_tensors
+        dq, dk, dv = backward(q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, ctx.meta)
+        return dq, dk, dv, None, None, None, None, None
+
+
+def lse_natural(lse2: torch.Tensor) -> torch.Tensor:
+    """log2-domain LSE -> natural log (what ``return_lse=True`` returns)."""
+    return lse2 * _LN2
