@@ -347,7 +347,7 @@ def _extreme_grad_out(seed: int, dtype: torch.dtype, device: Any, size: Size) ->
     gen = torch.Generator().manual_seed(seed)
     b, h, nq, nk, d = (2, 2, 37, 30, 32) if size == "small" else (2, 8, 1100, 1000, 128)
     q, k, v = _randn(gen, b, h, nq, d), _randn(gen, b, h, nk, d), _randn(gen, b, h, nk, d)
-    # Row scales of the upstream gradient: two huge rows per head (sqrt(max) * 16: 4096 in
+    # Row scales of the upstream gradient: two huge rows per head (sqrt(max) * 16: ~4095 in
     # float16, so true gradients stay representable but a float16 intermediate such as
     # rowsum(dO * O) overflows), rows near the smallest normal, zero rows, the rest ~1.
     # Bottom-right causal with Nq > Nk leaves the first rows empty; one of them gets a huge
