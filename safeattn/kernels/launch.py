@@ -138,17 +138,20 @@ def _choose(name, fn, grid, args, meta, dtype, device) -> KernelConfig:
     """Prune candidates against the device's opt-in shared memory using the compiled size,
     then time the survivors (unless single-config mode)."""
     limit = _smem_limit(device)
+    single = meta.deterministic or not configs.autotune_enabled()
     fitting = []
     for cfg in configs.candidates(name, configs.block_d(meta.head_dim), dtype):
         compiled = fn.warmup(*args, grid=grid(cfg), **_constexprs(meta, dtype, cfg))
         if configs.fits(int(compiled.metadata.shared), limit):
             fitting.append(cfg)
+            if single:  # first fitting candidate wins; compile no more than needed
+                break
     if not fitting:
         raise RuntimeError(
             f"safeattn: no shipped {name} config fits this GPU's {limit} bytes of shared memory "
             f"(head_dim={meta.head_dim}, dtype={dtype}). This is a bug: please report it."
         )
-    if len(fitting) == 1 or meta.deterministic or not configs.autotune_enabled():
+    if len(fitting) == 1 or single:
         return fitting[0]
     times = []
     for cfg in fitting:

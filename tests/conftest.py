@@ -1,0 +1,50 @@
+"""Test options shared by every test file.
+
+By default the tests run on the CPU with the Triton kernels under the interpreter
+(``TRITON_INTERPRET=1`` is set here before anything imports Triton) at small shapes.
+``pytest --gpu`` runs the same files on a CUDA device at realistic shapes, plus the tests
+marked ``gpu``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--gpu", action="store_true", help="run on CUDA at realistic sizes")
+    parser.addoption("--runslow", action="store_true", help="also run tests marked slow")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Runs before test modules (and so safeattn/triton) are imported.
+    if not config.getoption("--gpu"):
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu = config.getoption("--gpu")
+    slow = config.getoption("--runslow")
+    for item in items:
+        if "gpu" in item.keywords and not gpu:
+            item.add_marker(pytest.mark.skip(reason="needs --gpu (a CUDA device)"))
+        if "slow" in item.keywords and not slow:
+            item.add_marker(pytest.mark.skip(reason="slow; pass --runslow"))
+
+
+@pytest.fixture(scope="session")
+def on_gpu(pytestconfig: pytest.Config) -> bool:
+    return bool(pytestconfig.getoption("--gpu"))
+
+
+@pytest.fixture(scope="session")
+def device(on_gpu: bool) -> str:
+    if on_gpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.exit("--gpu given but torch sees no CUDA device", returncode=2)
+        return "cuda"
+    return "cpu"

@@ -1,0 +1,427 @@
+"""The Triton kernels against the contract of DESIGN.md, item by item.
+
+CPU (default): kernels under the Triton interpreter, small shapes that still cross block
+boundaries (the interpreter uses 16/32-row blocks). ``--gpu``: compiled kernels on CUDA at
+realistic shapes. Accuracy is judged as the contract says: the kernel's error against an
+fp64 reference is at most 2x (output) / 3x (gradients) PyTorch's own same-dtype error,
+plus one unit of rounding at the output's scale.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import safeattn
+from safeattn import families, reference
+from safeattn.kernels import launch
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32]
+DT_IDS = ["fp16", "bf16", "fp32"]
+
+
+def pick(on_gpu: bool, cpu, gpu):
+    return gpu if on_gpu else cpu
+
+
+def leaves(*tensors):
+    return [t.detach().clone().requires_grad_(True) for t in tensors]
+
+
+def rand_qkv(b, hq, hkv, nq, nk, d, dtype, device, seed=0, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, hq, nq, d, generator=g) * scale
+    k = torch.randn(b, hkv, nk, d, generator=g) * scale
+    v = torch.randn(b, hkv, nk, d, generator=g)
+    return [t.to(device=device, dtype=dtype) for t in (q, k, v)]
+
+
+def fwd_bwd(fn, q, k, v, do, **kw):
+    """Run fn forward + backward on fresh leaves; returns (out, lse or None, dq, dk, dv)."""
+    q, k, v = leaves(q, k, v)
+    res = fn(q, k, v, **kw)
+    out, lse = res if isinstance(res, tuple) else (res, None)
+    out.backward(do)
+    return out.detach(), lse, q.grad, k.grad, v.grad
+
+
+def where_max(err: torch.Tensor) -> str:
+    idx = torch.nonzero(err == err.max())[0].tolist()
+    return f"max at index {idx}"
+
+
+def assert_contract_accuracy(got, ref64, base, factor: float, what: str):
+    """got/base: same-dtype results of safeattn and of plain PyTorch; ref64: fp64 truth."""
+    assert got.shape == ref64.shape, f"{what}: shape {tuple(got.shape)} != {tuple(ref64.shape)}"
+    assert torch.isfinite(got).all(), f"{what}: {(~torch.isfinite(got)).sum().item()} non-finite"
+    err = (got.double() - ref64).abs()
+    base_err = (base.double() - ref64).abs().max().item()
+    eps = torch.finfo(got.dtype).eps * max(ref64.abs().max().item(), 1e-6)
+    bound = factor * base_err + eps
+    assert err.max().item() <= bound, (
+        f"{what}: max error {err.max().item():.3e} > {factor}x PyTorch's {base_err:.3e} + "
+        f"{eps:.1e} ({where_max(err)})"
+    )
+
+
+def check_against_reference(q, k, v, **kw):
+    """Full accuracy check of out/lse/dq/dk/dv for one problem."""
+    torch.manual_seed(1)
+    do = torch.randn((*q.shape[:-1], v.shape[-1]), device=q.device).to(q.dtype)
+    got = fwd_bwd(safeattn.attention, q, k, v, do, return_lse=True, **kw)
+    base = fwd_bwd(reference.attention, q, k, v, do, upcast=False, return_lse=True, **kw)
+    ref = fwd_bwd(
+        reference.attention, q.double(), k.double(), v.double(), do.double(), return_lse=True,
+        **{n: (m.double() if isinstance(m, torch.Tensor) and m.is_floating_point() else m)
+           for n, m in kw.items()},
+    )  # fmt: skip
+    for name, g, b, r, factor in zip(
+        ("out", "lse", "dq", "dk", "dv"), got, base, ref, (2, 2, 3, 3, 3), strict=True
+    ):
+        if name == "lse":
+            finite = torch.isfinite(r)
+            assert torch.equal(torch.isfinite(g), finite), "lse: -inf pattern differs"
+            assert (g[~finite] == r[~finite].float()).all(), "lse: non-finite rows differ"
+            g, b, r = g[finite], b[finite].float(), r[finite]
+        assert_contract_accuracy(g, r, b, factor, name)
+
+
+# --------------------------------------------------------------------------- accuracy
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize(
+    "causal,window",
+    [(False, None), (True, None), ("bottom_right", None), (False, (7, 5)), (True, (9, -1))],
+    ids=["full", "causal", "bottom_right", "window", "causal_window"],
+)
+def test_features_match_reference(dtype, causal, window, device, on_gpu):
+    b, hq, hkv, nq, nk, d = pick(on_gpu, (2, 2, 1, 45, 37, 24), (2, 8, 2, 1000, 777, 128))
+    q, k, v = rand_qkv(b, hq, hkv, nq, nk, d, dtype, device)
+    check_against_reference(q, k, v, causal=causal, window=window)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("mask", ["key_mask", "bool_mask", "float_mask"])
+def test_masks_match_reference(dtype, mask, device, on_gpu):
+    b, h, nq, nk, d = pick(on_gpu, (2, 2, 33, 40, 16), (2, 4, 513, 700, 64))
+    q, k, v = rand_qkv(b, h, h, nq, nk, d, dtype, device, seed=3)
+    g = torch.Generator().manual_seed(4)
+    kw: dict = {}
+    if mask == "key_mask":
+        km = torch.rand(b, nk, generator=g) > 0.3
+        km[-1] = False  # a batch element with every key masked
+        kw["key_mask"] = km.to(device)
+    elif mask == "bool_mask":
+        kw["attn_mask"] = (torch.rand(b, 1, nq, nk, generator=g) > 0.4).to(device)
+    else:
+        am = torch.randn(1, h, nq, nk, generator=g)
+        am[0, 0, 2] = -math.inf  # a row excluded by the additive mask
+        kw["attn_mask"] = am.to(device, dtype)
+    check_against_reference(q, k, v, causal=mask == "bool_mask", **kw)
+
+
+@pytest.mark.parametrize("hq,hkv", [(4, 4), (4, 2), (4, 1)], ids=["mha", "gqa", "mqa"])
+def test_gqa_and_transposed_strides(hq, hkv, device, on_gpu):
+    b, nq, nk, d = pick(on_gpu, (2, 35, 29, 32), (2, 1025, 999, 64))
+    q, k, v = rand_qkv(b, hq, hkv, nq, nk, d, torch.float16, device, seed=5)
+    # (B, N, H, D) storage seen as (B, H, N, D): the layout most models hold.
+    q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
+    assert not q.is_contiguous()
+    check_against_reference(q, k, v, causal=True)
+
+
+@pytest.mark.parametrize("d", [1, 7, 59, 111, 256] if os.environ.get("CI") else [1, 7, 59, 256])
+def test_head_dims(d, device, on_gpu):
+    nq, nk = pick(on_gpu, (19, 23), (300, 333))
+    q, k, v = rand_qkv(1, 2, 1, nq, nk, d, torch.bfloat16, device, seed=d)
+    check_against_reference(q, k, v, causal="bottom_right")
+
+
+def test_float32_is_ieee_not_tf32(device, on_gpu):
+    """tf32 products (10-bit mantissa) would be ~1e-3 off; IEEE fp32 stays near 1e-6."""
+    b, h, n, d = pick(on_gpu, (1, 2, 40, 32), (2, 4, 1024, 128))
+    q, k, v = rand_qkv(b, h, h, n, n, d, torch.float32, device, seed=8)
+    out = safeattn.attention(q, k, v)
+    ref = reference.attention(q.double(), k.double(), v.double())
+    rel = ((out.double() - ref).norm() / ref.norm()).item()
+    assert rel < 1e-5, f"fp32 relative error {rel:.2e}: looks like tf32"
+
+
+def test_varlen_matches_per_sequence_reference(device, on_gpu):
+    lens_q = pick(on_gpu, [5, 0, 33, 1], [1000, 0, 333, 1, 2048])
+    lens_k = pick(on_gpu, [7, 3, 0, 20], [1000, 17, 0, 5, 2048])
+    h, hkv, d = pick(on_gpu, (2, 1, 16), (8, 2, 128))
+    g = torch.Generator().manual_seed(9)
+    q = torch.randn(sum(lens_q), h, d, generator=g).to(device, torch.float16)
+    k = torch.randn(sum(lens_k), hkv, d, generator=g).to(device, torch.float16)
+    v = torch.randn(sum(lens_k), hkv, d, generator=g).to(device, torch.float16)
+    cu_q = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32)
+    cu_k = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32)
+    args = (cu_q.to(device), cu_k.to(device), max(lens_q), max(lens_k))
+    do = torch.randn(q.shape, generator=g).to(device, q.dtype)
+    kw = dict(causal="bottom_right", return_lse=True)
+    got = fwd_bwd(lambda a, b_, c, **x: safeattn.varlen_attention(a, b_, c, *args, **x), q, k, v,
+                  do, **kw)  # fmt: skip
+    ref = fwd_bwd(
+        lambda a, b_, c, **x: reference.varlen_attention(a, b_, c, *args, **x),
+        q.double(), k.double(), v.double(), do.double(), **kw,
+    )  # fmt: skip
+    base = fwd_bwd(
+        lambda a, b_, c, **x: reference.varlen_attention(a, b_, c, *args, upcast=False, **x),
+        q, k, v, do, **kw,
+    )  # fmt: skip
+    for name, gt, b_, r, f in zip(("out", "lse", "dq", "dk", "dv"), got, base, ref, (2, 2, 3, 3, 3),
+                                  strict=True):  # fmt: skip
+        if name == "lse":
+            fin = torch.isfinite(r)
+            assert torch.equal(torch.isfinite(gt), fin)
+            gt, b_, r = gt[fin], b_[fin].float(), r[fin]
+        assert_contract_accuracy(gt, r, b_, f, f"varlen {name}")
+
+
+def test_sdpa_drop_in_matches_torch(device, on_gpu):
+    b, h, n, d = pick(on_gpu, (2, 2, 24, 16), (4, 8, 512, 64))
+    q, k, v = rand_qkv(b, h, h, n, n, d, torch.float32, device, seed=11)
+    mask = torch.rand(b, 1, n, n, device=device) > 0.2
+    mask[..., 0] = True  # SDPA itself gives NaN on fully masked rows: keep none here
+    for kw in (dict(is_causal=True), dict(attn_mask=mask), dict(scale=0.3)):
+        ours = safeattn.scaled_dot_product_attention(q, k, v, **kw)
+        theirs = torch.nn.functional.scaled_dot_product_attention(
+            q.double(), k.double(), v.double(), **kw
+        )
+        assert torch.allclose(ours.double(), theirs, atol=1e-5, rtol=1e-5), kw
+    three_d = safeattn.scaled_dot_product_attention(q[:, 0], k[:, 0], v[:, 0], is_causal=True)
+    assert three_d.shape == q[:, 0].shape
+
+
+# --------------------------------------------------------------------------- contract 1
+
+
+def empty_row_cases(device, on_gpu):
+    b, h, n, d = pick(on_gpu, (3, 2, 37, 16), (4, 8, 777, 64))
+    pad = torch.tensor([0, 5, n])[:b] if not on_gpu else torch.tensor([0, 5, 300, n])
+    key_mask = (torch.arange(n)[None, :] >= pad[:, None]).to(device)  # left padding
+    return b, h, n, d, [
+        ("leftpad_causal", dict(causal=True, key_mask=key_mask)),
+        ("bottom_right_nq_gt_nk", dict(causal="bottom_right")),
+        ("window_gap", dict(window=(0, 0), key_mask=key_mask)),
+    ]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+def test_empty_rows_are_exact_zeros(dtype, device, on_gpu):
+    b, h, n, d, cases = empty_row_cases(device, on_gpu)
+    for name, kw in cases:
+        nk = n // 2 if name == "bottom_right_nq_gt_nk" else n
+        q, k, v = rand_qkv(b, h, h, n, nk, d, dtype, device, seed=12)
+        if "key_mask" in kw and nk != n:
+            continue
+        p = safeattn._inputs.check_attention(q, k, v, **kw)
+        empty = ~safeattn._inputs.allowed_mask(p).any(-1)  # (B, H, Nq)
+        assert empty.any(), f"{name}: the case has no empty row"
+        do = torch.randn(q.shape, device=device).to(dtype)
+        out, lse, dq, dk, dv = fwd_bwd(safeattn.attention, q, k, v, do, return_lse=True, **kw)
+        assert (out[empty] == 0).all(), f"{name}: empty rows not exactly 0"
+        assert (lse[empty] == -math.inf).all(), f"{name}: lse of empty rows is not -inf"
+        assert (dq[empty] == 0).all(), f"{name}: dq of empty rows not exactly 0"
+        assert torch.isfinite(out).all() and torch.isfinite(dk).all() and torch.isfinite(dv).all()
+        # "adds exactly 0 to dK and dV": poison the empty rows' q and dO; nothing may move.
+        q2, do2 = q.clone(), do.clone()
+        q2[empty] = float("nan")
+        do2[empty] = float("inf")
+        out2, _, dq2, dk2, dv2 = fwd_bwd(safeattn.attention, q2, k, v, do2, return_lse=True, **kw)
+        assert torch.equal(out2[~empty], out[~empty]), f"{name}: live rows moved"
+        assert (out2[empty] == 0).all() and (dq2[empty] == 0).all()
+        assert torch.equal(dk2, dk), f"{name}: empty rows contribute to dK"
+        assert torch.equal(dv2, dv), f"{name}: empty rows contribute to dV"
+
+
+# --------------------------------------------------------------------------- contract 2, 3
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("poison", [float("nan"), float("inf"), -float("inf")], ids=str)
+def test_excluded_keys_values_never_leak(dtype, poison, device, on_gpu):
+    b, h, nq, nk, d = pick(on_gpu, (2, 2, 30, 41, 16), (2, 8, 600, 1000, 128))
+    q, k, v = rand_qkv(b, h, h, nq, nk, d, dtype, device, seed=13)
+    key_mask = torch.rand(b, nk, generator=torch.Generator().manual_seed(1)) > 0.25
+    key_mask = key_mask.to(device)
+    float_mask = torch.zeros(b, 1, 1, nk, device=device, dtype=dtype)
+    float_mask[..., -3:] = -math.inf
+    do = torch.randn(b, h, nq, d, device=device).to(dtype)
+    for kw, excluded in (
+        (dict(key_mask=key_mask), ~key_mask),
+        (dict(attn_mask=float_mask), float_mask[:, 0, 0] == -math.inf),
+        (dict(attn_mask=float_mask > -1), float_mask[:, 0, 0] == -math.inf),
+    ):
+        clean = fwd_bwd(safeattn.attention, q, k, v, do, causal="bottom_right", **kw)
+        kp, vp = k.clone(), v.clone()
+        kp.transpose(1, 2)[excluded] = poison
+        vp.transpose(1, 2)[excluded] = poison
+        dirty = fwd_bwd(safeattn.attention, q, kp, vp, do, causal="bottom_right", **kw)
+        for name, c, x in zip(("out", "lse", "dq", "dk", "dv"), clean, dirty, strict=True):
+            if c is None:
+                continue
+            assert torch.equal(c, x), f"{name} changed when excluded K/V held {poison}"
+
+
+def test_per_pair_exclusion_under_causal(device, on_gpu):
+    """A key that row j attends but rows i < j exclude: poisoning it makes rows >= j
+    non-finite (contract 3) and leaves rows < j bitwise unchanged (contract 2)."""
+    b, h, n, d = pick(on_gpu, (1, 2, 40, 16), (2, 4, 1000, 64))
+    j = pick(on_gpu, 21, 700)
+    q, k, v = rand_qkv(b, h, h, n, n, d, torch.float16, device, seed=14)
+    do = torch.randn(q.shape, device=device).to(q.dtype)
+    clean = fwd_bwd(safeattn.attention, q, k, v, do, causal=True)
+    for poison_k in (True, False):
+        kp, vp = k.clone(), v.clone()
+        (kp if poison_k else vp)[:, :, j] = float("nan")
+        out, _, dq, _, _ = fwd_bwd(safeattn.attention, q, kp, vp, do, causal=True)
+        assert torch.equal(out[:, :, :j], clean[0][:, :, :j]), "rows before j changed"
+        assert torch.equal(dq[:, :, :j], clean[2][:, :, :j]), "dq rows before j changed"
+        assert torch.isnan(out[:, :, j:]).all(), "rows attending the NaN key stayed finite"
+
+
+@pytest.mark.parametrize("where", ["k", "v", "q"])
+def test_included_nan_propagates(where, device, on_gpu):
+    b, h, n, d = pick(on_gpu, (1, 2, 20, 16), (2, 4, 512, 64))
+    q, k, v = rand_qkv(b, h, h, n, n, d, torch.bfloat16, device, seed=15)
+    {"q": q, "k": k, "v": v}[where][0, 0, 3, 0] = float("nan")
+    out, _, dq, _, _ = fwd_bwd(safeattn.attention, q, k, v, torch.ones_like(q))
+    if where == "q":
+        assert torch.isnan(out[0, 0, 3]).all() and torch.isfinite(out[0, 0, :3]).all()
+    elif where == "k":  # a NaN score: every row that attends key 3 is NaN
+        assert torch.isnan(out[0, 0]).all(), "NaN in an attended key did not propagate"
+    else:  # a NaN in v[3, 0] reaches feature 0 of every row that attends key 3
+        assert torch.isnan(out[0, 0, :, 0]).all(), "NaN in an attended value did not propagate"
+        assert torch.isfinite(out[0, 1]).all() and torch.isfinite(out[1:]).all()
+    assert not torch.isfinite(dq[0, 0]).all()
+
+
+# --------------------------------------------------------------------------- contract 4
+
+
+@pytest.mark.parametrize(
+    "nq,nk", [(0, 5), (5, 0), (1, 1), (17, 1), (1, 17), (33, 48), (0, 0)], ids=str
+)
+def test_tails_write_every_element(nq, nk, device, on_gpu, monkeypatch):
+    monkeypatch.setenv("SAFEATTN_POISON_OUTPUTS", "1")  # outputs start as NaN
+    scale = pick(on_gpu, 1, 31)
+    nq, nk = nq * scale, nk * scale
+    q, k, v = rand_qkv(2, 2, 1, nq, nk, 24, torch.float16, device, seed=16)
+    do = torch.randn(q.shape, device=device).to(q.dtype)
+    for causal in (False, "bottom_right"):
+        out, lse, dq, dk, dv = fwd_bwd(safeattn.attention, q, k, v, do, causal=causal,
+                                       return_lse=True)  # fmt: skip
+        ref = fwd_bwd(reference.attention, q.double(), k.double(), v.double(), do.double(),
+                      causal=causal, return_lse=True)  # fmt: skip
+        for name, got, want in zip(("out", "lse", "dq", "dk", "dv"), (out, lse, dq, dk, dv),
+                                   ref, strict=True):  # fmt: skip
+            assert got.shape == want.shape, name
+            assert not torch.isnan(got).any(), f"{name}: element left unwritten (NaN)"
+            fin = torch.isfinite(want)
+            assert torch.equal(torch.isfinite(got), fin), f"{name}: finiteness differs"
+            assert torch.allclose(got[fin].double(), want[fin], atol=2e-2, rtol=2e-2), name
+
+
+# --------------------------------------------------------------------------- contract 5
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_large_logits_never_overflow(dtype, device, on_gpu):
+    """Logits in the 1e4..1e6 range: a plain same-dtype softmax overflows, we must not."""
+    b, h, n, d = pick(on_gpu, (1, 2, 37, 32), (2, 4, 1000, 128))
+    amp = 60.0 if dtype == torch.float16 else 300.0
+    q, k, v = rand_qkv(b, h, h, n, n, d, dtype, device, seed=17, scale=amp)
+    do = torch.randn(q.shape, device=device).to(dtype) * 1e3
+    out, lse, dq, dk, dv = fwd_bwd(safeattn.attention, q, k, v, do, causal=True, return_lse=True)
+    ref = fwd_bwd(reference.attention, q.double(), k.double(), v.double(), do.double(),
+                  causal=True, return_lse=True)  # fmt: skip
+    assert lse.abs().max() > 1e3, "the case did not produce large logits"
+    # Softmax is nearly one-hot here, so the exact dq/dk are ~0: measure their error against
+    # the gradient scale a non-degenerate softmax would have (|dO|·max|v|·max|k or q|·scale).
+    sm = 1 / math.sqrt(d)
+    dn, vmax = do.double().norm().item(), v.double().abs().max().item()
+    natural = {
+        "dq": sm * dn * vmax * k.double().abs().max().item(),
+        "dk": sm * dn * vmax * q.double().abs().max().item(),
+    }
+    for name, got, want in zip(("out", "lse", "dq", "dk", "dv"), (out, lse, dq, dk, dv), ref,
+                               strict=True):  # fmt: skip
+        assert torch.isfinite(got).all(), f"{name} overflowed"
+        err = (got.double() - want).norm().item()
+        scale = max(want.norm().item(), 1e-4 * natural.get(name, 0.0))
+        assert err <= 0.05 * scale, f"{name}: error {err:.3e} vs scale {scale:.3e}"
+
+
+# --------------------------------------------------------------------------- families
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("family", sorted(families.FAMILIES))
+def test_adversarial_families(family, dtype, device, on_gpu):
+    """The same families the numerics benchmarks measure: safeattn must score 0 / 0."""
+    for seed in range(pick(on_gpu, 1, 3)):
+        case = families.make_case(family, seed, dtype, device, pick(on_gpu, "small", "gpu"))
+        verdict = families.check(case, safeattn)
+        assert not verdict.nonfinite and not verdict.wrong, verdict.detail
+
+
+# --------------------------------------------------------------------------- contract 9
+
+
+def test_deterministic_gradients(device, on_gpu):
+    b, hq, hkv, n, d = pick(on_gpu, (1, 4, 1, 40, 16), (2, 16, 2, 2048, 128))
+    q, k, v = rand_qkv(b, hq, hkv, n, n, d, torch.bfloat16, device, seed=18)
+    do = torch.randn(q.shape, device=device).to(q.dtype)
+    first = fwd_bwd(safeattn.attention, q, k, v, do, causal=True, deterministic=True)
+    for _ in range(pick(on_gpu, 1, 5)):
+        again = fwd_bwd(safeattn.attention, q, k, v, do, causal=True, deterministic=True)
+        for name, a, b_ in zip(("out", "lse", "dq", "dk", "dv"), first, again, strict=True):
+            if a is not None:
+                assert torch.equal(a, b_), f"{name} differs between runs"
+
+
+# --------------------------------------------------------------------------- CPU dispatch
+
+
+def test_cpu_without_interpreter_uses_reference():
+    """CPU tensors without TRITON_INTERPRET run the reference: same numbers, no crash."""
+    code = (
+        "import torch, safeattn;"
+        "from safeattn.kernels import launch; assert not launch.INTERPRET;"
+        "q = torch.randn(1, 2, 9, 8, requires_grad=True);"
+        "o = safeattn.attention(q, q, q, causal=True); o.sum().backward();"
+        "r = safeattn.reference.attention(q, q, q, causal=True);"
+        "assert torch.equal(o, r), 'not the reference'; print('ok')"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------- contract 7
+
+
+@pytest.mark.gpu
+def test_chosen_configs_fit_the_gpu_shared_memory():
+    """Every kernel the tuner launched uses no more shared memory than this GPU allows."""
+    limit = launch._smem_limit(torch.device("cuda"))
+    for dtype in DTYPES:
+        for d in (32, 64, 96, 128, 256):
+            q, k, v = rand_qkv(2, 4, 2, 700, 900, d, dtype, "cuda", seed=d)
+            for kw in (dict(causal=True), dict(key_mask=torch.ones(2, 900, dtype=torch.bool,
+                                                                   device="cuda"))):  # fmt: skip
+                launch._LAUNCHED.clear()
+                fwd_bwd(safeattn.attention, q, k, v, torch.ones_like(q), **kw)
+                used = launch.launched_kernels()
+                assert set(used) == {"forward", "bwd_preprocess", "bwd_dkdv", "bwd_dq"}
+                for r in used.values():
+                    assert 0 < r.shared_bytes <= limit, (dtype, d, r)
+                    assert r.registers <= 255, (dtype, d, r)
