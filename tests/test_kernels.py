@@ -410,18 +410,17 @@ def test_cpu_without_interpreter_uses_reference():
 
 
 @pytest.mark.gpu
-def test_chosen_configs_fit_the_gpu_shared_memory():
-    """Every kernel the tuner launched uses no more shared memory than this GPU allows."""
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("d", [128, 256])
+def test_tuner_never_picks_a_config_over_the_gpu_limit(dtype, d, monkeypatch):
+    """With tuning on, every launched kernel fits this GPU's opt-in shared memory."""
+    monkeypatch.setenv("SAFEATTN_AUTOTUNE", "1")
     limit = launch._smem_limit(torch.device("cuda"))
-    for dtype in DTYPES:
-        for d in (32, 64, 96, 128, 256):
-            q, k, v = rand_qkv(2, 4, 2, 700, 900, d, dtype, "cuda", seed=d)
-            for kw in (dict(causal=True), dict(key_mask=torch.ones(2, 900, dtype=torch.bool,
-                                                                   device="cuda"))):  # fmt: skip
-                launch._LAUNCHED.clear()
-                fwd_bwd(safeattn.attention, q, k, v, torch.ones_like(q), **kw)
-                used = launch.launched_kernels()
-                assert set(used) == {"forward", "bwd_preprocess", "bwd_dkdv", "bwd_dq"}
-                for r in used.values():
-                    assert 0 < r.shared_bytes <= limit, (dtype, d, r)
-                    assert r.registers <= 255, (dtype, d, r)
+    q, k, v = rand_qkv(2, 4, 2, 700, 900, d, dtype, "cuda", seed=d)
+    launch._LAUNCHED.clear()
+    fwd_bwd(safeattn.attention, q, k, v, torch.ones_like(q), causal=True)
+    used = launch.launched_kernels()
+    assert set(used) == {"forward", "bwd_preprocess", "bwd_dkdv", "bwd_dq"}
+    for r in used.values():
+        assert 0 < r.shared_bytes <= limit, (r, limit)
+        assert 0 < r.registers <= 255, r
