@@ -272,11 +272,12 @@ def _large_logits(seed: int, dtype: torch.dtype, device: Any, size: Size) -> Cas
 def _ragged_tails(seed: int, dtype: torch.dtype, device: Any, size: Size) -> Case:
     gen = torch.Generator().manual_seed(seed)
     if size == "small":
-        shapes = [(0, 5), (1, 1), (1, 17), (17, 1), (5, 0), (33, 47), (47, 33), (13, 13)]
+        # Seeds walk this list (few trials still see a large ragged shape first).
+        shapes = [(33, 47), (0, 5), (47, 33), (1, 1), (17, 1), (1, 17), (5, 0), (13, 13)]
         head_dims = [1, 3, 17, 32]
         b, h = 2, 2
     else:
-        shapes = [(0, 128), (1, 1), (1, 1025), (1025, 1), (97, 1025), (1000, 1000), (1025, 0)]
+        shapes = [(97, 1025), (0, 128), (1000, 1000), (1, 1), (1025, 1), (1, 1025), (1025, 0)]
         head_dims = [59, 111, 128, 256]
         b, h = 2, 4
     nq, nk = shapes[seed % len(shapes)]
