@@ -6,12 +6,14 @@ what the contract expects) from a seed; :func:`check` runs any implementation on
 and backward, and compares with :mod:`safeattn.reference` in float64; :func:`rates` turns
 trials into the ``nonfinite_rate`` / ``wrong_result_rate`` / ``max_rel_error`` metrics.
 
-Plugging in an implementation. ``impl`` is either a callable with safeattn.attention's
-signature (``impl(q, k, v, *, causal, window, key_mask, attn_mask, scale, ...) -> out``) or an
-:class:`Impl`. Varlen cases call ``impl.varlen`` (safeattn.varlen_attention's signature)
-when it exists; otherwise they are padded into a dense call with a bool ``attn_mask``. Peers
-that only take one dense mask (SDPA backends, FlexAttention) are wrapped with
-:func:`mask_adapter`, which hands them the exact mask from :func:`safeattn._inputs.allowed_mask`.
+Plugging in an implementation (:func:`as_impl`): a module with ``attention`` and
+``varlen_attention`` (pass ``safeattn`` itself, or ``safeattn.reference``: varlen cases then go
+through its varlen_attention); an :class:`Impl`; or a callable with safeattn.attention's
+signature (``impl(q, k, v, *, causal, window, key_mask, attn_mask, scale, ...) -> out``) whose
+``varlen`` attribute, if any, serves varlen cases. Without a varlen entry point, varlen cases
+are padded into one dense call with an exact bool ``attn_mask``. Peers that only take one dense
+mask (SDPA backends, FlexAttention) are wrapped with :func:`mask_adapter`, which hands them the
+exact mask from :func:`safeattn._inputs.allowed_mask`.
 
 Tolerance rule (DESIGN.md item 6). For each of out, dq, dk, dv the error is
 ``max|impl - ref64|`` over the finite entries, divided by ``max|ref64|`` or, if larger, the
@@ -104,7 +106,7 @@ class Impl:
 class Verdict:
     nonfinite: bool  # a non-finite value in out/dq/dk/dv (the families expect all finite)
     wrong: bool  # all finite, but the contract is violated
-    max_rel_error: float  # worst normwise error vs float64 over out/dq/dk/dv (finite entries)
+    max_rel_error: float  # worst relative error vs float64 over out/dq/dk/dv (finite entries)
     detail: str
 
 
