@@ -335,29 +335,32 @@ def test_tails_write_every_element(nq, nk, device, on_gpu, monkeypatch):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_large_logits_never_overflow(dtype, device, on_gpu):
-    """Logits in the 1e4..1e6 range: a plain same-dtype softmax overflows, we must not."""
+    """Logits of 1e4..1e5: a same-dtype softmax overflows (fp16) or loses everything; the
+    kernel stays finite. Near-ties at this scale make the gradients ill-conditioned, so
+    they are held to 3x the error of the fp32-internal reference rounded to the same dtype
+    (the best any fp32-accumulating kernel can do), not to the fp64 truth alone."""
     b, h, n, d = pick(on_gpu, (1, 2, 37, 32), (2, 4, 1000, 128))
     amp = 60.0 if dtype == torch.float16 else 300.0
     q, k, v = rand_qkv(b, h, h, n, n, d, dtype, device, seed=17, scale=amp)
-    do = torch.randn(q.shape, device=device).to(dtype) * 1e3
-    out, lse, dq, dk, dv = fwd_bwd(safeattn.attention, q, k, v, do, causal=True, return_lse=True)
+    do = torch.randn(q.shape, device=device).to(dtype)
+    got = fwd_bwd(safeattn.attention, q, k, v, do, causal=True, return_lse=True)
     ref = fwd_bwd(reference.attention, q.double(), k.double(), v.double(), do.double(),
                   causal=True, return_lse=True)  # fmt: skip
-    assert lse.abs().max() > 1e3, "the case did not produce large logits"
-    # Softmax is nearly one-hot here, so the exact dq/dk are ~0: measure their error against
-    # the gradient scale a non-degenerate softmax would have (|dO|·max|v|·max|k or q|·scale).
-    sm = 1 / math.sqrt(d)
-    dn, vmax = do.double().norm().item(), v.double().abs().max().item()
-    natural = {
-        "dq": sm * dn * vmax * k.double().abs().max().item(),
-        "dk": sm * dn * vmax * q.double().abs().max().item(),
-    }
-    for name, got, want in zip(("out", "lse", "dq", "dk", "dv"), (out, lse, dq, dk, dv), ref,
-                               strict=True):  # fmt: skip
-        assert torch.isfinite(got).all(), f"{name} overflowed"
-        err = (got.double() - want).norm().item()
-        scale = max(want.norm().item(), 1e-4 * natural.get(name, 0.0))
-        assert err <= 0.05 * scale, f"{name}: error {err:.3e} vs scale {scale:.3e}"
+    fp32 = fwd_bwd(reference.attention, q, k, v, do, causal=True, return_lse=True)
+    assert ref[1].abs().max() > 1e4, "the case did not produce large logits"
+    for name, g, r, best in zip(("out", "lse", "dq", "dk", "dv"), got, ref, fp32, strict=True):
+        assert torch.isfinite(g).all(), f"{name} overflowed"
+        err = (g.double() - r).norm().item()
+        best_err = (best.double() - r).norm().item()
+        if name in ("out", "lse"):  # well-conditioned: a convex combination and a log-sum
+            assert err <= 1e-2 * r.norm().item(), f"{name}: error {err:.3e}"
+        else:  # plus one unit of rounding at the gradient's natural scale |dO|·|v|·|k|·scale
+            other = k if name == "dq" else q
+            natural = do.double().norm() * v.double().abs().max()
+            if name != "dv":
+                natural = natural * other.double().abs().max() / math.sqrt(d)
+            eps = torch.finfo(dtype).eps * natural.item()
+            assert err <= 3 * best_err + eps, f"{name}: error {err:.3e} vs {best_err:.3e}"
 
 
 # --------------------------------------------------------------------------- families
