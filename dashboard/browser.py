@@ -130,13 +130,15 @@ class Chromium:
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
         self._ids = itertools.count(1)
+        self._stack = contextlib.ExitStack()  # owns the DevTools websocket
         self._width, self._height = width, height
         try:
             port = self._devtools_port()
             tab = next(t for t in json.loads(_get(f"http://127.0.0.1:{port}/json/list"))
                        if t.get("type") == "page")
-            self._ws = connect(tab["webSocketDebuggerUrl"], max_size=None,
-                               open_timeout=30)
+            self._ws = self._stack.enter_context(
+                connect(tab["webSocketDebuggerUrl"], max_size=None, open_timeout=30)
+            )
         except Exception:
             self.close()
             raise
@@ -209,7 +211,7 @@ class Chromium:
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
-            self._ws.close()
+            self._stack.close()
         self._proc.terminate()
         try:
             self._proc.wait(timeout=15)

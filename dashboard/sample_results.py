@@ -19,11 +19,14 @@ Usage::
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 MACHINES: tuple[str, ...] = ("cpu-alpha", "cpu-beta")
@@ -249,6 +252,15 @@ def make_sample_results(workdir: str | Path, machines: tuple[str, ...] = MACHINE
             _asv(project, home, "run", "--python=same", f"--set-commit-hash={sha}",
                  "--machine", machine, "--show-stderr")
     return project / "results"
+
+
+@functools.cache
+def cached_sample_results() -> Path:
+    """:func:`make_sample_results` once per process, in a temporary directory removed at
+    exit: the test modules share one set of real runs (about a minute on 2 cores)."""
+    workdir = tempfile.TemporaryDirectory(prefix="safeattn-asv-sample-")
+    atexit.register(workdir.cleanup)
+    return make_sample_results(workdir.name)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 
 import streamlit as st
 
-from dashboard import views
+from dashboard import data, views
 from safeattn.regress.compare import Policy, load_policy
-from safeattn.regress.results import LoadedResults, load_results, results_mtime
+from safeattn.regress.results import LoadedResults, results_mtime
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RESULTS_DIR = REPO_ROOT / "results"
@@ -24,6 +24,8 @@ RESULTS_ENV = "SAFEATTN_RESULTS"
 _DIR_KEY = "results_dir"
 
 T = TypeVar("T")
+# Which commits a page loads: ((machine, (full sha, ...)), ...), hashable for the caches.
+Window = tuple[tuple[str, tuple[str, ...]], ...]
 
 HOW_TO_PRODUCE = """\
 **No asv results in `{path}` yet.** Produce some from the repository root:
@@ -58,13 +60,18 @@ def results_dir() -> Path:
     return Path(str(raw)).expanduser()
 
 
-@st.cache_resource(show_spinner="Loading asv results…", max_entries=4)
-def _load(path: str, mtime: float) -> LoadedResults:
+@st.cache_resource(show_spinner="Indexing asv results…", max_entries=4)
+def _index(path: str, mtime: float) -> data.ResultsIndex:
     # Keyed on the directory's newest mtime: a new asv run shows up without a restart.
     # cache_resource hands every session the same object (no copy per rerun): the pages
     # and views only read it.
     del mtime
-    return load_results(path)
+    return data.index_results(path)
+
+
+@st.cache_resource(show_spinner="Loading asv results…", max_entries=16)
+def _load(path: str, mtime: float, window: Window) -> LoadedResults:
+    return data.load_commits(_index(path, mtime), {m: list(shas) for m, shas in window})
 
 
 @st.cache_resource(max_entries=1)
@@ -75,7 +82,12 @@ def policy() -> Policy:
 
 @st.cache_resource(show_spinner="Comparing each machine's newest commit…", max_entries=4)
 def _overview(path: str, mtime: float) -> list[views.MachineHealth]:
-    return views.overview(_load(path, mtime), policy())
+    index = _index(path, mtime)
+    return views.overview(_load(path, mtime, _overview_window(index)), policy())
+
+
+def _overview_window(index: data.ResultsIndex) -> Window:
+    return tuple((m, tuple(index.newest(m, 2))) for m in index.machines())
 
 
 def _key() -> tuple[str, float]:
@@ -83,8 +95,8 @@ def _key() -> tuple[str, float]:
     return str(path), results_mtime(path)
 
 
-def loaded_results() -> LoadedResults:
-    """The loaded results, after telling the reader about unreadable files.
+def results_index() -> data.ResultsIndex:
+    """The index of the results directory (machines, commits, dates; no results).
 
     Stops the page (``st.stop``) with a how-to when there is nothing to show.
     """
@@ -93,26 +105,44 @@ def loaded_results() -> LoadedResults:
         st.error(f"Results directory `{path}` does not exist.")
         st.markdown(HOW_TO_PRODUCE.format(path=path, env=RESULTS_ENV))
         st.stop()
-    loaded = _load(*_key())
-    if loaded.problems:
-        with st.expander(
-            f"⚠️ {len(loaded.problems)} problem(s) reading `{path}`: the rest is shown",
-            expanded=loaded.table.empty,
-        ):
-            for problem in loaded.problems:
-                st.markdown(f"- `{problem}`")
+    index = _index(*_key())
+    if index.files.empty:
+        _show_problems(index.problems, expanded=True)
+        st.info(HOW_TO_PRODUCE.format(path=path, env=RESULTS_ENV))
+        st.stop()
+    return index
+
+
+def loaded_results(window: dict[str, list[str]]) -> LoadedResults:
+    """The results of the commits in ``window`` (machine -> full shas), after telling the
+    reader about unreadable files; stops the page when nothing loads."""
+    key = tuple((m, tuple(shas)) for m, shas in sorted(window.items()))
+    path, mtime = _key()
+    loaded = _load(path, mtime, key)
+    _show_problems(_index(path, mtime).problems + loaded.problems,
+                   expanded=loaded.table.empty)
     if loaded.table.empty:
         st.info(HOW_TO_PRODUCE.format(path=path, env=RESULTS_ENV))
         st.stop()
     return loaded
 
 
-def overview_health() -> list[views.MachineHealth]:
-    """:func:`views.overview` over the current results, cached like the load.
+def _show_problems(problems: list[str], expanded: bool) -> None:
+    if not problems:
+        return
+    with st.expander(
+        f"⚠️ {len(problems)} problem(s) reading `{results_dir()}`: the rest is shown",
+        expanded=expanded,
+    ):
+        for problem in dict.fromkeys(problems):
+            st.markdown(f"- `{problem}`")
 
-    Call :func:`loaded_results` first: it shows the messages about missing or bad data.
-    """
-    return _overview(*_key())
+
+def overview_health() -> tuple[LoadedResults, list[views.MachineHealth]]:
+    """The newest two commits per machine, loaded, and :func:`views.overview` of them."""
+    index = results_index()
+    loaded = loaded_results({m: list(shas) for m, shas in _overview_window(index)})
+    return loaded, _overview(*_key())
 
 
 # ------------------------------------------------------------- URL-backed widgets
@@ -177,32 +207,28 @@ def url_toggle(label: str, param: str, default: bool, container: Any = None) -> 
     return value
 
 
-def machine_select(loaded: LoadedResults, container: Any = None) -> str:
+def machine_select(index: data.ResultsIndex, container: Any = None) -> str:
     """The GPU/machine picker every single-machine page shares (``?machine=``)."""
-    names = views.machines(loaded)
-    return url_select(
-        "Machine (GPU)", names, "machine",
-        format_func=lambda m: views.machine_title(loaded, m), container=container,
-    )
+    return url_select("Machine (GPU)", index.machines(), "machine", container=container)
 
 
 def commit_select(
-    loaded: LoadedResults, machine: str, label: str, param: str, default_index: int = 0,
+    index: data.ResultsIndex, machine: str, label: str, param: str, default_index: int = 0,
     container: Any = None,
 ) -> str:
     """A commit picker (newest first) backed by ``?param=<sha prefix>``."""
-    shas = views.commits_newest_first(loaded, machine)
+    shas = index.commits(machine)
     wanted = st.query_params.get(param, "")
-    index = default_index
+    index_of = default_index
     if wanted:
         # A shared link may carry a short prefix: match it like the gate does.
         hits = [i for i, s in enumerate(shas) if s.startswith(wanted.lower())]
         if len(hits) == 1:
-            index = hits[0]
-    index = min(index, len(shas) - 1)
+            index_of = hits[0]
+    index_of = min(index_of, len(shas) - 1)
     container = container or st
     value = container.selectbox(
-        label, shas, index=index, format_func=lambda s: views.commit_label(loaded, machine, s)
+        label, shas, index=index_of, format_func=lambda s: index.label(machine, s)
     )
     st.query_params[param] = value[:12]
     return value

@@ -87,16 +87,6 @@ def commits_newest_first(loaded: LoadedResults, machine: str) -> list[str]:
     return list(rows.sort_values("order", ascending=False)["commit"])
 
 
-def commit_label(loaded: LoadedResults, machine: str, sha: str) -> str:
-    """``"1a2b3c4d · 2026-11-21"`` for select boxes."""
-    rows = loaded.commits[
-        (loaded.commits["machine"] == machine) & (loaded.commits["commit"] == sha)
-    ]
-    if rows.empty:
-        return short(sha)
-    return f"{short(sha)} · {rows['date'].iloc[0]:%Y-%m-%d %H:%M}"
-
-
 # --------------------------------------------------------------------------- overview
 
 
@@ -252,8 +242,11 @@ def history(
 def add_tflops(rows: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     """Add a ``tflops`` column to time rows (DESIGN.md's FLOP count over the measured time).
 
+    Batch and head count come from ``batch``/``heads`` parameters when the benchmark has
+    them, else, for the GPU speed grid (``speed.SpeedSuite``: seq_len and head_dim
+    parameters only), from the suite's own shape rule ``benchmarks._common.gpu_problem``.
     Returns ``(rows, None)``, or ``(rows unchanged, why not)`` when the metric is not a
-    time or the parameters lack what the FLOP count needs (batch, heads, seq, head_dim).
+    time or the shape cannot be recovered.
     """
     if rows.empty:
         return rows, "no rows"
@@ -262,13 +255,18 @@ def add_tflops(rows: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     if pass_ is None:
         return rows, f"TFLOP/s is derived from time metrics only ({', '.join(TIME_METRIC_PASSES)})"
     cols = {
-        "batch": _first_present(rows, _BATCH_PARAMS),
-        "heads": _first_present(rows, _HEADS_PARAMS),
         "seq_q": _first_present(rows, _SEQ_Q_PARAMS),
         "seq_k": _first_present(rows, _SEQ_K_PARAMS),
         "head_dim": _first_present(rows, ("head_dim",)),
     }
+    batch_col, heads_col = _first_present(rows, _BATCH_PARAMS), _first_present(rows, _HEADS_PARAMS)
     missing = [k for k, c in cols.items() if c is None]
+    grid_rule = None
+    if batch_col is None or heads_col is None:
+        if set(rows["suite"]) == {"speed.SpeedSuite"} and not missing:
+            grid_rule = _gpu_problem()
+        if grid_rule is None:
+            missing = ["batch", "heads", *missing]
     if missing:
         return rows, (
             "TFLOP/s needs the parameters " + ", ".join(missing) + " in the benchmark's params"
@@ -279,14 +277,26 @@ def add_tflops(rows: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
         value = rows.at[i, "value"]
         if not (isinstance(value, float) and math.isfinite(value) and value > 0):
             return math.nan
-        flops = attention_flops(
-            *(int(rows.at[i, cols[k]]) for k in ("batch", "heads", "seq_q", "seq_k", "head_dim")),
-            causal=_truthy(causal.at[i]),
-            pass_=pass_,
-        )
+        seq_q, seq_k, head_dim = (int(rows.at[i, cols[k]]) for k in ("seq_q", "seq_k", "head_dim"))
+        if grid_rule is not None:
+            batch, heads, _ = grid_rule(seq_q, head_dim, 1)
+        else:
+            batch, heads = int(rows.at[i, batch_col]), int(rows.at[i, heads_col])
+        flops = attention_flops(batch, heads, seq_q, seq_k, head_dim,
+                                causal=_truthy(causal.at[i]), pass_=pass_)
         return tflops(value, flops)
 
     return rows.assign(tflops=[one(i) for i in rows.index]), None
+
+
+def _gpu_problem() -> Any:
+    """The GPU speed grid's ``(seq_len, head_dim, gqa) -> (batch, heads_q, heads_kv)``
+    rule, from the suite itself (None when the benchmarks are not importable here)."""
+    try:
+        from benchmarks._common import gpu_problem
+    except ImportError:
+        return None
+    return gpu_problem
 
 
 def _first_present(rows: pd.DataFrame, names: tuple[str, ...]) -> str | None:

@@ -20,7 +20,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from dashboard.browser import Chromium, find_chromium, serve  # noqa: E402
-from dashboard.sample_results import make_sample_results  # noqa: E402
+from dashboard.sample_results import cached_sample_results  # noqa: E402
 from dashboard.views import PAGES  # noqa: E402
 
 pytestmark = pytest.mark.browser
@@ -37,10 +37,10 @@ def chromium() -> str:
 
 
 @pytest.fixture(scope="module")
-def results_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # Real asv runs (see dashboard.sample_results), not the AppTest module's fixture:
-    # this module must also run alone.
-    return make_sample_results(tmp_path_factory.mktemp("asv_browser"))
+def results_dir() -> Path:
+    # Real asv runs (dashboard.sample_results), made once per process and shared with
+    # the AppTest module.
+    return cached_sample_results()
 
 
 def test_every_page_loads_in_chromium(

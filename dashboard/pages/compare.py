@@ -7,17 +7,18 @@ from dashboard import state, views
 from safeattn.regress.compare import VERDICTS, compare
 
 st.title("Compare two commits")
-loaded = state.loaded_results()
-machine = state.machine_select(loaded)
+index = state.results_index()
+machine = state.machine_select(index)
 c1, c2 = st.columns(2)
-n_commits = len(views.commits_newest_first(loaded, machine))
-head = state.commit_select(loaded, machine, "Head (new)", "head", container=c1)
+n_commits = len(index.commits(machine))
+head = state.commit_select(index, machine, "Head (new)", "head", container=c1)
 base = state.commit_select(
-    loaded, machine, "Base (old)", "base", default_index=min(1, n_commits - 1), container=c2
+    index, machine, "Base (old)", "base", default_index=min(1, n_commits - 1), container=c2
 )
 if base == head:
     st.info("Pick two different commits (this machine may have results for one commit only).")
     st.stop()
+loaded = state.loaded_results({machine: [base, head]})
 
 try:
     comparison = compare(loaded, base, head, machine, state.policy())

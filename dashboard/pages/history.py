@@ -7,14 +7,19 @@ import streamlit as st
 from dashboard import state, views
 
 st.title("History")
-loaded = state.loaded_results()
+index = state.results_index()
+c1, c2 = st.columns([3, 1])
+machine_names = state.url_multiselect("Machines (GPUs)", index.machines(), "machines",
+                                      container=c1)
+machine_names = machine_names or index.machines()
+# Only the newest commits are loaded: a long history costs a load per commit.
+last_n = state.url_int("Newest commits per machine", "last", 50, 2, 5000, container=c2)
+loaded = state.loaded_results({m: index.newest(m, last_n) for m in machine_names})
 
 labels = views.benchmark_labels(loaded)
 benchmark = state.url_select(
     "Benchmark", list(labels), "benchmark", format_func=lambda b: f"{b} — {labels[b]}"
 )
-machine_names = state.url_multiselect("Machines (GPUs)", views.machines(loaded), "machines")
-machine_names = machine_names or views.machines(loaded)
 
 rows_of_benchmark = loaded.table[loaded.table["benchmark"] == benchmark]
 options = views.filter_options(rows_of_benchmark)
@@ -23,12 +28,11 @@ if options:
     cols = st.columns(len(options))
     for col, (name, values) in zip(cols, options.items(), strict=True):
         filters[name] = state.url_multiselect(name, values, name, container=col)
-c1, c2, c3 = st.columns(3)
-last_n = state.url_int("Newest commits shown per machine", "last", 50, 2, 5000, container=c1)
-want_tflops = state.url_toggle("Show TFLOP/s (derived from time)", "tflops", False, container=c2)
-want_verdicts = state.url_toggle("Mark the gate's verdicts", "verdicts", True, container=c3)
+c1, c2 = st.columns(2)
+want_tflops = state.url_toggle("Show TFLOP/s (derived from time)", "tflops", False, container=c1)
+want_verdicts = state.url_toggle("Mark the gate's verdicts", "verdicts", True, container=c2)
 
-rows = views.history(loaded, benchmark, machine_names, filters, last_n=last_n)
+rows = views.history(loaded, benchmark, machine_names, filters)
 if rows.empty:
     st.info("No results match these filters.")
     st.stop()

@@ -7,9 +7,10 @@ import streamlit as st
 from dashboard import state, views
 
 st.title("Numerics under adversarial inputs")
-loaded = state.loaded_results()
-machine = state.machine_select(loaded)
-commit = state.commit_select(loaded, machine, "Commit", "commit")
+index = state.results_index()
+machine = state.machine_select(index)
+commit = state.commit_select(index, machine, "Commit", "commit")
+loaded = state.loaded_results({machine: [commit]})
 family_names = views.family_names()
 if family_names is None:
     st.warning("safeattn.families is not importable here: families are listed as the results "

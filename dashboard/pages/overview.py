@@ -10,8 +10,7 @@ st.caption(
     "gate's own comparison and policy. Peer implementations are context, never failures."
 )
 
-state.loaded_results()  # stops here, with a how-to, when there is nothing to show
-health = state.overview_health()
+_, health = state.overview_health()  # stops with a how-to when there is nothing to show
 SHOWN = ("failure", "regression", "missing", "improvement")
 COLUMNS = ["benchmark", "param_key", "base_value", "head_value", "unit", "ratio", "reason"]
 

@@ -10,16 +10,17 @@ st.title("safeattn against its peers")
 st.caption(
     "Ratio = how many times worse safeattn is than the peer in the metric's own direction "
     "(for a time: safeattn time ÷ peer time). Below 1, safeattn is ahead. Measured in the "
-    "same asv run, at each machine's selected commit."
+    "same asv run, at each machine's newest commit."
 )
-loaded = state.loaded_results()
-machine_names = state.url_multiselect("Machines (GPUs)", views.machines(loaded), "machines")
-machine_names = machine_names or views.machines(loaded)
+index = state.results_index()
+machine_names = state.url_multiselect("Machines (GPUs)", index.machines(), "machines")
+machine_names = machine_names or index.machines()
+newest = {machine: index.newest(machine, 1)[0] for machine in machine_names}
+loaded = state.loaded_results({machine: [sha] for machine, sha in newest.items()})
 
 frames = []
-for machine in machine_names:
-    newest = views.commits_newest_first(loaded, machine)[0]
-    frames.append(views.peer_ratios(loaded, machine, newest).assign(commit=newest[:8]))
+for machine, sha in newest.items():
+    frames.append(views.peer_ratios(loaded, machine, sha).assign(commit=sha[:8]))
 ratios = pd.concat(frames, ignore_index=True)
 if ratios.empty:
     st.info("No benchmark here has both safeattn and a peer implementation (parameter `impl`).")

@@ -8,9 +8,10 @@ from dashboard import state, views
 from safeattn.gpu_limits import ARCHS
 
 st.title("Kernel resources")
-loaded = state.loaded_results()
-machine = state.machine_select(loaded)
-commit = state.commit_select(loaded, machine, "Commit", "commit")
+index = state.results_index()
+machine = state.machine_select(index)
+commit = state.commit_select(index, machine, "Commit", "commit")
+loaded = state.loaded_results({machine: [commit]})
 table = views.resources(loaded, machine, commit)
 if table.empty:
     st.info("This commit has no resource benchmarks (track_shared_bytes, track_registers, "
