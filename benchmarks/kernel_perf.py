@@ -33,6 +33,11 @@ def _peers():
 
     # Dynamo's default recompile limit (8) silently drops FlexAttention to an eager path.
     dynamo.config.cache_size_limit = 1024
+    # The compiled backward donates its buffers unless told not to, which forbids the
+    # retain_graph=True that timing the backward alone needs.
+    import torch._functorch.config as functorch_config
+
+    functorch_config.donated_buffer = False
     if hasattr(dynamo.config, "recompile_limit"):
         dynamo.config.recompile_limit = 1024
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -94,8 +99,9 @@ def main(argv: list[str] | None = None) -> int:
                 b, h = 16384 // n, 2048 // d
                 g = torch.Generator(device="cuda").manual_seed(0)
                 q, k, v = (
-                    torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
-                    .requires_grad_()
+                    torch.randn(
+                        b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g
+                    ).requires_grad_()
                     for _ in range(3)
                 )
                 for name in args.impls:
@@ -114,8 +120,11 @@ def main(argv: list[str] | None = None) -> int:
                           f"fwd {row['fwd_tflops']:6.1f}  bwd {row['bwd_tflops']:6.1f} TFLOP/s",
                           flush=True)  # fmt: skip
     if args.json:
+        from safeattn.kernels import launch
+
+        chosen = {str(k): str(v) for k, v in launch.chosen_configs().items()}
         with open(args.json, "w") as f:
-            json.dump(dict(gpu=torch.cuda.get_device_name(), rows=rows), f, indent=1)
+            json.dump(dict(gpu=torch.cuda.get_device_name(), rows=rows, chosen=chosen), f, indent=1)
     print("\nTFLOP/s fwd / bwd (bf16, B*N=16k, H*D=2048) on", torch.cuda.get_device_name())
     print(f"{'d':>4}{'n':>6}{'causal':>7}  " + "".join(f"{i:>17}" for i in args.impls))
     for d in args.d:

@@ -35,6 +35,7 @@ class KernelResources:
 
 _LAUNCHED: dict[str, KernelResources] = {}
 _CHOSEN: dict[tuple, KernelConfig] = {}
+_TIMINGS: dict[tuple, list[tuple[str, float]]] = {}  # tuner evidence: key -> [(config, ms)]
 
 
 def launched_kernels() -> dict[str, KernelResources]:
@@ -48,6 +49,11 @@ def launched_kernels() -> dict[str, KernelResources]:
 def chosen_configs() -> dict[tuple, KernelConfig]:
     """The tuner's choices so far, keyed by :func:`configs.tune_key`."""
     return dict(_CHOSEN)
+
+
+def tuning_timings() -> dict[tuple, list[tuple[str, float]]]:
+    """What the tuner measured for each key: ``[(config, median ms), ...]``."""
+    return dict(_TIMINGS)
 
 
 @dataclass(frozen=True)
@@ -121,8 +127,9 @@ def _launch(name, fn, grid, args, meta, dtype, device, seq_q, seq_k):
     key = (*key, device.index, meta.deterministic)
     cfg = _CHOSEN.get(key)
     if cfg is None:
-        cfg = _choose(name, fn, grid, args, meta, dtype, device)
+        cfg, timings = _choose(name, fn, grid, args, meta, dtype, device)
         _CHOSEN[key] = cfg
+        _TIMINGS[key] = timings
     compiled = fn[grid(cfg)](*args, **_constexprs(meta, dtype, cfg))
     _LAUNCHED[name] = KernelResources(
         name=name,
@@ -134,7 +141,7 @@ def _launch(name, fn, grid, args, meta, dtype, device, seq_q, seq_k):
     return cfg
 
 
-def _choose(name, fn, grid, args, meta, dtype, device) -> KernelConfig:
+def _choose(name, fn, grid, args, meta, dtype, device):
     """Prune candidates against the device's opt-in shared memory using the compiled size,
     then time the survivors (unless single-config mode)."""
     limit = _smem_limit(device)
@@ -152,7 +159,7 @@ def _choose(name, fn, grid, args, meta, dtype, device) -> KernelConfig:
             f"(head_dim={meta.head_dim}, dtype={dtype}). This is a bug: please report it."
         )
     if len(fitting) == 1 or single:
-        return fitting[0]
+        return fitting[0], []
     times = []
     for cfg in fitting:
         kw = _constexprs(meta, dtype, cfg)
@@ -160,7 +167,8 @@ def _choose(name, fn, grid, args, meta, dtype, device) -> KernelConfig:
             lambda c=cfg, kw=kw: fn[grid(c)](*args, **kw), warmup=5, rep=20
         )
         times.append(ms)
-    return fitting[times.index(min(times))]
+    best = fitting[times.index(min(times))]
+    return best, [(str(c), t) for c, t in zip(fitting, times, strict=True)]
 
 
 def _alloc_like(t: torch.Tensor) -> torch.Tensor:

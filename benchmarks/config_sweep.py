@@ -1,0 +1,66 @@
+"""Time a broad set of block configs per kernel on one shape (GPU only), to choose the
+shipped candidate lists in ``safeattn/kernels/configs.py``. Not an asv suite.
+
+    python benchmarks/config_sweep.py --d 128 --n 4096 [--causal]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+
+import torch
+
+
+def broad(kernel: str) -> list:
+    from safeattn.kernels.configs import KernelConfig
+
+    if kernel == "forward":
+        grid = itertools.product((64, 128), (32, 64, 128), (4, 8), (2, 3, 4))
+    elif kernel == "bwd_dkdv":
+        grid = itertools.product((32, 64), (64, 128), (4, 8), (1, 2, 3))
+    elif kernel == "bwd_dq":
+        grid = itertools.product((64, 128), (32, 64), (4, 8), (1, 2, 3))
+    else:
+        return None
+    return [KernelConfig(*c) for c in grid]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--d", type=int, default=128)
+    ap.add_argument("--n", type=int, default=4096)
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+
+    import safeattn
+    from safeattn.kernels import configs, launch
+
+    shipped = configs.candidates
+    configs.candidates = lambda k, bd, dt: broad(k) or shipped(k, bd, dt)
+    b, h = 16384 // args.n, 2048 // args.d
+    q, k, v = (
+        torch.randn(b, h, args.n, args.d, device="cuda", dtype=torch.bfloat16).requires_grad_()
+        for _ in range(3)
+    )
+    out = safeattn.attention(q, k, v, causal=args.causal)
+    out.backward(torch.randn_like(out))
+    torch.cuda.synchronize()
+    report = {}
+    for key, timings in launch.tuning_timings().items():
+        ranked = sorted(timings, key=lambda x: x[1])
+        report[key[0]] = ranked
+        print(f"== {key[0]} d={args.d} n={args.n} causal={args.causal}")
+        for cfg, ms in ranked[:6]:
+            print(f"   {cfg:<18} {ms:8.3f} ms")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
