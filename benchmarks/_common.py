@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 # Quick mode (``python benchmarks/run.py --quick``, the CI test): fewer timing samples and
-# trials. It changes how long a number is measured for, never which numbers exist.
+# trials, and a one-slice static audit (resources.py). For checking the suite, not history.
 QUICK_ENV = "SAFEATTN_BENCH_QUICK"
 
 # A setup_cache measures a whole grid; asv's default 60 s timeout is per benchmark process.
@@ -170,6 +170,30 @@ def sample_result(samples: list[float]) -> dict:
     if not clean or not all(math.isfinite(s) for s in clean):
         raise ValueError(f"benchmarks: timing samples must be finite and non-empty, got {clean}")
     return {"samples": clean, "number": 1}
+
+
+def cuda_event_samples(fn, samples: int, grad_to_none=(), warmup: int = 3) -> list[float]:
+    """``samples`` timings (ms) of ``fn()`` on the current CUDA stream, one CUDA-event pair
+    per call, as ``triton.testing.do_bench`` times (L2 flushed before each call, listed
+    gradients reset to None outside the timed region) but with a fixed sample count: asv
+    stores every sample (``--record-samples``, which the gate's rank test reads), and
+    do_bench's time-based count would give thousands for a short kernel."""
+    import torch
+
+    flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")  # > any L2 (H100: 50 MB)
+    for _ in range(warmup):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(samples)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(samples)]
+    for start, end in zip(starts, ends, strict=True):
+        for t in grad_to_none:
+            t.grad = None
+        flush.zero_()
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) for start, end in zip(starts, ends, strict=True)]
 
 
 def dtype_of(name: str):

@@ -163,14 +163,54 @@ def write_config(results: Path, workdir: Path) -> Path:
     return path
 
 
-def host_site_packages() -> list[str]:
-    """This interpreter's site-packages when it is a venv (torch lives there, and a virtualenv
-    made from it with --system-site-packages would only see the base interpreter's)."""
+def host_paths() -> list[str]:
+    """Where this Python finds torch, triton and asv's own helpers, for the benchmark
+    virtualenv to see too (through ``ASV_PYTHONPATH``; asv drops ``PYTHONPATH``):
+
+    - the ``PYTHONPATH`` entries (e.g. ``/tmp/site`` with asv's wheels on a GPU machine);
+    - this interpreter's site-packages when it is itself a venv, since a virtualenv made from
+      it with ``--system-site-packages`` sees only the *base* interpreter's packages.
+
+    A directory holding a ``safeattn`` package (this checkout, a non-editable install) is
+    left out with a warning: it would shadow the commit under test.
+    """
     import site
 
-    if sys.prefix == sys.base_prefix:
-        return []
-    return [p for p in site.getsitepackages() if Path(p).is_dir()]
+    candidates = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if sys.prefix != sys.base_prefix:
+        candidates += site.getsitepackages()
+    paths = []
+    for entry in dict.fromkeys(candidates):
+        if not Path(entry).is_dir():
+            continue
+        if (Path(entry) / "safeattn" / "__init__.py").exists():
+            log(f"WARNING: not exposing {entry} to the benchmark environment: it holds safeattn")
+            continue
+        paths.append(entry)
+    return paths
+
+
+# What asv's virtualenv environment pip-installs before building (asv 0.6: environment.py
+# base requirements, plus our pyproject's build requirements). Offline, each must already be
+# importable here, or its wheel be in .whl/ (used as pip's find-links).
+ENV_PREREQUISITES = ("pip", "wheel", "build", "asv_runner", "pympler", "setuptools", "virtualenv")
+
+
+def check_offline_prerequisites(env: dict) -> None:
+    import importlib.util
+
+    wheels = REPO / ".whl"
+    if wheels.is_dir():
+        env["PIP_FIND_LINKS"] = str(wheels)
+    missing = [m for m in ENV_PREREQUISITES if importlib.util.find_spec(m) is None]
+    in_wheels = {p.name.split("-")[0].lower() for p in wheels.glob("*.whl")}
+    missing = [m for m in missing if m.lower() not in in_wheels]
+    if missing:
+        raise SystemExit(
+            f"[run] the benchmark virtualenv is built offline and needs {', '.join(missing)} "
+            f"importable here.\nHINT: python -m pip install {' '.join(missing)} (or put their "
+            f"wheels in {wheels}); or use --same, which builds nothing."
+        )
 
 
 def commits_in(spec: str) -> list[str]:
@@ -223,7 +263,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer samples (checks, not data)")
     parser.add_argument("--bench", "-b", action="append", default=[], help="asv -b regex")
     parser.add_argument("--skip-existing", action="store_true", help="skip measured commits")
-    parser.add_argument("--record-samples", action="store_true", help="keep raw samples too")
     parser.add_argument("--results", type=Path, default=REPO / "results", help="results dir")
     args = parser.parse_args(argv)
 
@@ -243,13 +282,15 @@ def main(argv: list[str] | None = None) -> int:
         env[QUICK_ENV] = "1"
     common = ["--machine", machine, "--launch-method", "spawn", "--show-stderr"]
     common += [f"--bench={b}" for b in args.bench]
-    common += ["--quick"] * args.quick + ["--record-samples"] * args.record_samples
+    # Raw samples are kept: the gate's rank test compares commits sample by sample.
+    common += ["--record-samples"] + ["--quick"] * args.quick
 
     with tempfile.TemporaryDirectory(prefix="safeattn-asv-") as tmp:
         config = write_config(results, Path(tmp))
         asv(["machine", "--yes", "--machine", machine], env, config)
         if not args.same:
-            host = host_site_packages()
+            check_offline_prerequisites(env)
+            host = host_paths()
             if host:
                 env["ASV_PYTHONPATH"] = os.pathsep.join(host)
                 log(f"benchmark environment also sees {', '.join(host)}")
@@ -271,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
                 tree = REPO / ".asv" / "worktrees" / sha[:12]
                 if not tree.exists():
                     git("worktree", "add", "--detach", str(tree), sha)
-                env["ASV_PYTHONPATH"] = str(tree)
+                paths = [str(tree), os.environ.get("PYTHONPATH", "")]
+                env["ASV_PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
                 log(f"commit {i}/{len(hashes)} {sha[:8]}: {git('log', '-1', '--format=%s', sha)}")
                 extra = ["--skip-existing-commits"] if args.skip_existing else []
                 asv(

@@ -14,9 +14,10 @@
 
 How the time is measured, and why it is reported through ``track_*``:
 
-- GPU: CUDA events via ``triton.testing.do_bench`` (``return_mode="all"``), L2 flushed
-  between calls, after one untimed forward+backward that compiles and autotunes (so no
-  autotuning or compilation is ever inside the timed region) and do_bench's own warm-up.
+- GPU: one CUDA-event pair per call (``_common.cuda_event_samples``: do_bench's method, L2
+  flushed before each call, but a fixed 50 samples), after one untimed forward+backward
+  that compiles and autotunes (so no autotuning or compilation is ever inside the timed
+  region) and three more warm-up calls.
   Backward alone is timed by replaying ``out.backward(grad, retain_graph=True)`` on one
   forward graph; gradients are reset to None before each timed call.
 - asv's ``time_*`` benchmarks time the host with a wall-clock timer; even with a custom
@@ -47,6 +48,7 @@ from ._common import (
     Missing,
     attention_call,
     attention_inputs,
+    cuda_event_samples,
     cuda_usable,
     impl_context,
     lookup,
@@ -77,9 +79,8 @@ CPU_IMPLS = [metrics.OWN_IMPL, "reference"]
 def _gpu_times(impl: str, dtype: str, head_dim: int, seq_len: int, causal: bool, gqa: int):
     """{pass: [ms, ...]} for one implementation and shape on cuda:0."""
     import torch
-    from triton.testing import do_bench
 
-    warmup_ms, rep_ms = (5, 20) if quick() else (25, 100)
+    samples = 10 if quick() else 50
     fn = attention_call(impl, causal, seq_len, gqa)
     q, k, v, grad_out = attention_inputs(impl, dtype, seq_len, head_dim, gqa)
     grads = [q, k, v]
@@ -89,9 +90,7 @@ def _gpu_times(impl: str, dtype: str, head_dim: int, seq_len: int, causal: bool,
         torch.cuda.synchronize()
 
         def bench(call):
-            return do_bench(
-                call, warmup=warmup_ms, rep=rep_ms, grad_to_none=grads, return_mode="all"
-            )
+            return cuda_event_samples(call, samples, grad_to_none=grads)
 
         graph = fn(q, k, v)  # one forward graph, its backward replayed
         return {

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Benchmark the last N commits of this repository on this GPU machine, offline, into results/.
+#
+#   bash benchmarks/gpu_history.sh [N] [--same] [extra benchmarks/run.py options]
+#
+# N (default 5) commits: HEAD~N..HEAD, oldest first, through asv's virtualenv environment
+# (offline build, the machine's own torch/triton); --same imports each commit from a git
+# worktree instead of building it (asv run --python=same --set-commit-hash). Then prints
+# the wall time and the safeattn-vs-peers ratio table of the newest commit.
+#
+# Needs: a git checkout with at least N+1 commits; torch and triton installed; asv and its
+# dependencies either importable or as wheels in .whl/ (installed here with --target, no
+# network): asv, asv_runner, virtualenv, python-discovery, distlib, platformdirs, json5,
+# pympler, importlib-metadata, zipp, packaging, filelock (see the README).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+N="${1:-5}"
+shift || true
+
+if ! git rev-parse --verify --quiet "HEAD~${N}" >/dev/null; then
+  echo "[gpu_history] need a git checkout with more than ${N} commits here ($(pwd))" >&2
+  exit 2
+fi
+
+if ! python3 -c "import asv, asv_runner, virtualenv" 2>/dev/null; then
+  site="${SAFEATTN_WHEEL_SITE:-/tmp/safeattn-asv-site}"
+  echo "[gpu_history] installing asv from .whl/ into ${site} (no network)"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "${site}" .whl/*.whl
+  export PYTHONPATH="${site}${PYTHONPATH:+:${PYTHONPATH}}"
+fi
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+start=$(date +%s)
+python3 benchmarks/run.py --range "HEAD~${N}..HEAD" "$@"
+end=$(date +%s)
+echo "[gpu_history] ${N} commits in $((end - start)) s ($(((end - start) / N)) s per commit)"
+PYTHONPATH="$(pwd)${PYTHONPATH:+:${PYTHONPATH}}" python3 benchmarks/peer_ratios.py || true

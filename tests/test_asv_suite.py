@@ -1,0 +1,182 @@
+"""The asv suite: its grids and helpers, then a real asv run of the CPU-capable part (quick
+mode, through benchmarks/run.py) and the result files it wrote."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import sys
+
+import pytest
+import torch
+from asv_helpers import REPO, asv_cpu_run
+
+from safeattn import families
+from safeattn.kernels import configs
+from safeattn.regress.metrics import METRICS, OWN_IMPL, PEERS, metric_for
+
+sys.path.insert(0, str(REPO))  # the benchmarks package lives at the repository root
+common = importlib.import_module("benchmarks._common")
+speed = importlib.import_module("benchmarks.speed")
+memory = importlib.import_module("benchmarks.memory")
+resources = importlib.import_module("benchmarks.resources")
+numerics = importlib.import_module("benchmarks.numerics")
+run = importlib.import_module("benchmarks.run")
+
+# What the CPU-capable part must produce, per benchmark: the value check for each entry.
+CPU_BENCHMARKS = {
+    **{f"speed.InterpreterSpeedSuite.track_{p}_ms": "positive" for p in speed.PASSES},
+    "numerics.InterpreterNumericsSuite.track_nonfinite_rate": "fraction",
+    "numerics.InterpreterNumericsSuite.track_wrong_result_rate": "fraction",
+    "numerics.InterpreterNumericsSuite.track_max_rel_error": "non-negative",
+    "resources.StaticAuditSuite.track_shared_bytes": "positive",
+    "resources.StaticAuditSuite.track_registers": "positive",
+    "resources.StaticAuditSuite.track_spills": "non-negative",
+}
+
+
+# --- grids and helpers (no asv) ------------------------------------------------------------
+
+
+def test_fixed_grids_match_the_package():
+    # The suites fix their names so old commits get the same grid; they must still be HEAD's.
+    assert list(configs.KERNELS) == resources.KERNELS
+    assert list(families.FAMILIES) == numerics.FAMILIES
+    assert speed.GPU_IMPLS[0] == OWN_IMPL and set(speed.GPU_IMPLS[1:]) <= set(PEERS)
+    assert [OWN_IMPL, *PEERS] == numerics.GPU_IMPLS
+
+
+def test_gpu_suites_are_pruned_without_a_gpu():
+    usable = common.cuda_usable()
+    assert usable == torch.cuda.is_available()
+    for module, name in [
+        (speed, "SpeedSuite"),
+        (memory, "MemorySuite"),
+        (resources, "LiveResourcesSuite"),
+        (numerics, "NumericsSuite"),
+    ]:
+        assert hasattr(module, name) == usable, f"{module.__name__}.{name}"
+
+
+def test_gpu_problem_follows_design_md():
+    assert common.gpu_problem(4096, 128, 1) == (4, 16, 16)
+    assert common.gpu_problem(1024, 64, 4) == (16, 32, 8)
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("NVIDIA H100 80GB HBM3", "nvidia-h100-80gb-hbm3"),
+        ("NVIDIA H200", "nvidia-h200"),
+        ("Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz", "intel-xeon-platinum-8481c"),
+    ],
+)
+def test_machine_names(model, expected):
+    assert run.slug(model) == expected
+
+
+def test_sample_result_and_metric_names_are_checked():
+    assert common.sample_result([2, 1.5]) == {"samples": [2.0, 1.5], "number": 1}
+    with pytest.raises(ValueError, match="finite"):
+        common.sample_result([1.0, float("nan")])
+    with pytest.raises(ValueError, match="no metric"):
+
+        @common.tracks_metric
+        def track_speed_of_light(self):  # not in METRICS
+            return 1
+
+    def track_forward_ms(self):
+        return 1.0
+
+    assert common.tracks_metric(track_forward_ms).unit == "ms"
+
+
+def test_missing_entries_are_skipped_with_their_reason(capsys):
+    cache = {("a",): common.Missing("peer refuses masks")}
+    with pytest.raises(NotImplementedError, match="peer refuses masks"):
+        common.lookup(cache, ("a",))
+    assert "peer refuses masks" in capsys.readouterr().err
+
+
+def test_every_benchmark_follows_the_naming_convention():
+    # asv's discovery, through asv itself: every track_ benchmark names a metric, with its unit.
+    import asv_runner.discovery as discovery
+
+    found = list(discovery.disc_benchmarks(str(REPO / "benchmarks")))
+    assert found, "asv discovered no benchmark"
+    for bench in found:
+        metric = metric_for(bench.name)
+        assert metric is not None, bench.name
+        assert bench.unit == metric.unit, bench.name
+
+
+# --- a real asv run of the CPU-capable part -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def asv_run():
+    return asv_cpu_run()
+
+
+def _check(kind: str, value: float) -> bool:
+    if kind == "positive":
+        return math.isfinite(value) and value > 0
+    if kind == "fraction":
+        return 0.0 <= value <= 1.0
+    return math.isfinite(value) and value >= 0
+
+
+def test_asv_wrote_results_for_head(asv_run):
+    files = asv_run.result_files()
+    assert len(files) == 1, files
+    data = json.loads(files[0].read_text())
+    assert data["commit_hash"] == asv_run.commit
+    assert set(CPU_BENCHMARKS) <= set(data["results"]), sorted(data["results"])
+    assert "[run] machine" in asv_run.log and "[run] done" in asv_run.log
+
+
+@pytest.mark.parametrize("bench_name", sorted(CPU_BENCHMARKS))
+def test_cpu_benchmark_values(asv_run, bench_name):
+    described = asv_run.benchmarks()[bench_name]
+    assert described["unit"] == METRICS[bench_name.rsplit("track_", 1)[1]].unit
+    values = asv_run.values(bench_name)
+    assert values, bench_name
+    kind = CPU_BENCHMARKS[bench_name]
+    bad = {combo: v for combo, v in values.items() if v is None or not _check(kind, v)}
+    assert not bad, f"{bench_name}: not a {kind} number for {bad}"
+
+
+def test_speed_results_carry_statistics(asv_run):
+    # The samples protocol: asv stored a confidence interval and the repeat count.
+    data = json.loads(asv_run.result_files()[-1].read_text())
+    name = "speed.InterpreterSpeedSuite.track_fwd_bwd_ms"
+    row = dict(zip(data["result_columns"], data["results"][name], strict=False))
+    assert all(r >= 2 for r in row["stats_repeat"]), row
+    bounds = zip(row["stats_ci_99_a"], row["result"], row["stats_ci_99_b"], strict=True)
+    for low, mid, high in bounds:
+        assert low <= mid <= high
+
+
+def test_reference_is_measured_beside_safeattn(asv_run):
+    values = asv_run.values("speed.InterpreterSpeedSuite.track_forward_ms")
+    impls = {combo[0].strip("'") for combo in values}
+    assert impls == {OWN_IMPL, "reference"}
+
+
+def test_machine_and_versions_sidecar(asv_run):
+    machine = json.loads((asv_run.machine_dir / "machine.json").read_text())
+    assert machine["machine"] == asv_run.machine
+    expected_prefix = "nvidia-" if torch.cuda.is_available() else "cpu-"
+    assert asv_run.machine.startswith(expected_prefix)
+    data = json.loads(asv_run.result_files()[-1].read_text())
+    sidecar_path = asv_run.machine_dir / f"versions-{data['commit_hash']}.json"
+    sidecar = json.loads(sidecar_path.read_text())
+    assert sidecar["schema"] == run.SIDECAR_SCHEMA
+    assert sidecar["machine"] == asv_run.machine
+    assert sidecar["torch"] == torch.__version__
+    import triton
+
+    assert sidecar["triton"] == triton.__version__
+    assert (sidecar["gpu"] is None) == (not torch.cuda.is_available())
+    assert sidecar["result_file"] == asv_run.result_files()[-1].name
