@@ -20,8 +20,8 @@ What it does, in order (each step prints a ``[run]`` line; asv prints its own pr
      and installs each commit with ``pip --no-index --no-deps --no-build-isolation``, with
      ``PIP_NO_INDEX=1`` set: no network needed. ``asv run A..B``,
      ``--skip-existing-commits`` and ``asv continuous`` work the same way by hand.
-   - ``--same``: no build at all. Each commit is checked out into a git worktree under
-     ``.asv/worktrees/`` and imported from there (``ASV_PYTHONPATH``), with
+   - ``--same``: no build at all. Each commit is checked out into a temporary git worktree
+     (removed afterwards) and imported from there (``ASV_PYTHONPATH``), with
      ``asv run --python=same --set-commit-hash <sha>``; without ``--range`` the current
      working tree is measured and recorded as HEAD (a dirty tree is warned about).
 3. Writes ``results/<machine>/versions-<commit sha>.json`` for every commit this run
@@ -309,18 +309,20 @@ def main(argv: list[str] | None = None) -> int:
         else:
             hashes = commits_in(args.range)
             for i, sha in enumerate(hashes, 1):
-                tree = REPO / ".asv" / "worktrees" / sha[:12]
-                if not tree.exists():
-                    git("worktree", "add", "--detach", str(tree), sha)
+                tree = Path(tmp) / "worktrees" / sha[:12]
+                git("worktree", "add", "--detach", str(tree), sha)
                 paths = [str(tree), os.environ.get("PYTHONPATH", "")]
                 env["ASV_PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
                 log(f"commit {i}/{len(hashes)} {sha[:8]}: {git('log', '-1', '--format=%s', sha)}")
                 extra = ["--skip-existing-commits"] if args.skip_existing else []
-                asv(
-                    ["run", "--python=same", f"--set-commit-hash={sha}", *common, *extra],
-                    env,
-                    config,
-                )
+                try:
+                    asv(
+                        ["run", "--python=same", f"--set-commit-hash={sha}", *common, *extra],
+                        env,
+                        config,
+                    )
+                finally:
+                    git("worktree", "remove", "--force", str(tree))
 
     merge_benchmarks_json(bench_json, before)
     done = write_sidecars(results, machine, started, info)
