@@ -3,9 +3,10 @@
 Generates a results directory of ``--commits`` commits × ``--machines`` machines × the full
 parameter grid of the asv suites, then times the overview page under Streamlit's AppTest:
 
-- first load: a fresh process, empty caches (imports, loading, comparing, drawing);
-- first load, warm process: modules imported, caches cleared (a server meeting new data);
-- cached rerun: the same page again (what every widget change or revisit costs).
+- first load: a running app (modules imported) opening the directory for the first time:
+  indexing, loading the commits shown, comparing, drawing — the budgeted figure;
+- cold-process first load: the same in a fresh Python process, imports included;
+- cached rerun: the same page again in the same session (a widget change, a revisit).
 
 The data is GENERATED, not measured: each file is written in asv's result format from a
 real ``benchmarks.json`` and a real result file as templates, with the grid of every suite
@@ -132,25 +133,36 @@ def generate(template: Path, out: Path, commits: int, machines: int, seed: int =
 
 
 _TIMER = r'''
-import json, sys, time
+import json, sys, tempfile, time
 t0 = time.perf_counter()
 sys.path.insert(0, {repo!r})
 from streamlit.testing.v1 import AppTest
-import streamlit as st
 out = {{}}
-def run():
-    at = AppTest.from_file({app!r}, default_timeout=600)
-    at.session_state["results_dir"] = {results!r}
+
+def run(at):
     t = time.perf_counter()
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    assert at.header, "the overview shows no machine"
     return time.perf_counter() - t
-out["first_load_fresh_process_s"] = run()
-out["process_start_to_first_page_s"] = time.perf_counter() - t0
-out["cached_rerun_s"] = min(run() for _ in range(3))
-st.cache_resource.clear()
-out["first_load_warm_process_s"] = run()
+
+# A cold process straight onto the big directory: every import included (torch too, when
+# importing safeattn pulls it in).
+at = AppTest.from_file({app!r}, default_timeout=600)
+at.session_state["results_dir"] = {results!r}
+out["cold_process_first_load_s"] = run(at)
+assert at.header, "the overview shows no machine"
+
+# A running server meeting new data: the same session starts on an empty directory
+# (imports and AppTest's one-off set-up paid there), then opens the big one.
+at = AppTest.from_file({app!r}, default_timeout=600)
+at.session_state["results_dir"] = tempfile.mkdtemp()
+run(at)
+import streamlit as st
+st.cache_resource.clear()  # nothing of the cold run above may help
+at.session_state["results_dir"] = {results!r}
+out["first_load_s"] = run(at)
+assert at.header, "the overview shows no machine"
+out["cached_rerun_s"] = min(run(at) for _ in range(5))
 print(json.dumps(out))
 '''
 
@@ -185,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     timings = time_overview(out)
     for key, value in timings.items():
         print(f"{key:32s} {value:8.3f} s")
-    ok = (timings["first_load_fresh_process_s"] < FIRST_LOAD_BUDGET_S
+    ok = (timings["first_load_s"] < FIRST_LOAD_BUDGET_S
           and timings["cached_rerun_s"] < CACHED_RERUN_BUDGET_S)
     print(f"budgets: first load < {FIRST_LOAD_BUDGET_S} s, cached rerun < "
           f"{CACHED_RERUN_BUDGET_S} s: {'met' if ok else 'NOT met'}")

@@ -23,7 +23,7 @@ if str(REPO) not in sys.path:
 
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from dashboard import views  # noqa: E402
+from dashboard import data, views  # noqa: E402
 from dashboard.sample_results import MACHINES, cached_sample_results  # noqa: E402
 from safeattn.gpu_limits import ARCHS  # noqa: E402
 from safeattn.regress.compare import compare, load_policy  # noqa: E402
@@ -73,6 +73,30 @@ def run_page(results_dir: Path, page: str, query: dict | None = None) -> AppTest
 
 def texts(elements) -> str:
     return "\n".join(str(e.value) for e in elements)
+
+
+def test_index_orders_commits_like_the_loader(sample_dir: Path, sample) -> None:
+    index = data.index_results(sample_dir)
+    assert not index.problems
+    assert index.machines() == list(MACHINES)
+    for machine in MACHINES:
+        assert index.commits(machine) == views.commits_newest_first(sample, machine)
+
+
+def test_a_window_loads_exactly_the_chosen_commits(sample_dir: Path, sample) -> None:
+    index = data.index_results(sample_dir)
+    machine = MACHINES[1]
+    _, head = shas(sample, machine)
+    part = data.load_commits(index, {machine: [head]})
+    assert set(part.table["machine"]) == {machine}
+    assert set(part.table["commit"]) == {head}
+    t = sample.table
+    whole = t[(t["machine"] == machine) & (t["commit"] == head)]
+    key = ["benchmark", "param_key"]
+    assert part.table.set_index(key)["value"].sort_index().equals(
+        whole.set_index(key)["value"].sort_index()
+    )
+    assert not part.problems
 
 
 @pytest.mark.parametrize("page", PAGES)

@@ -1,0 +1,58 @@
+"""Screenshots of every dashboard page: ``python -m dashboard.screens [--results DIR]``.
+
+Serves the app with ``streamlit run`` over an asv results directory (default: the
+repository's ``results/``), loads each page in headless Chromium, refuses to save anything
+if a page shows a Streamlit exception, and writes one small PNG per page to
+``docs/screenshots/<page>.png`` (downscaled, palette-quantised). Needs Chromium
+(``apt-get install -y chromium``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from dashboard.browser import Chromium, serve, small_png  # noqa: E402
+from dashboard.views import PAGES  # noqa: E402
+
+# Per page, the query string of the view worth showing (shareable-view parameters).
+VIEWS: dict[str, str] = {"history": "impl=safeattn"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", default=str(REPO / "results"),
+                        help="asv results directory (default: the repository's results/)")
+    parser.add_argument("--out", default=str(REPO / "docs" / "screenshots"))
+    parser.add_argument("--width", type=int, default=1400)
+    parser.add_argument("--height", type=int, default=1000)
+    parser.add_argument("--png-width", type=int, default=1000,
+                        help="width of the saved PNGs (downscaled)")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    shots = {}
+    with serve(args.results) as base, Chromium(width=args.width, height=args.height) as browser:
+        for name in PAGES:
+            query = VIEWS.get(name)
+            url = f"{base}/{name}" + (f"?{query}" if query else "")
+            seen = browser.check_page(url)
+            if seen.exceptions:
+                print(f"{name}: the page shows an exception, no screenshots saved:\n"
+                      + "\n".join(seen.exceptions), file=sys.stderr)
+                return 1
+            shots[name] = small_png(seen.png, width=args.png_width)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, png in shots.items():
+        path = out / f"{name}.png"
+        path.write_bytes(png)
+        print(f"{path}  {len(png) / 1024:.0f} KiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
