@@ -270,7 +270,7 @@ def attention_call(impl: str, causal: bool, seq_len: int, gqa: int):
         enable_gqa = gqa > 1
         return lambda q, k, v: sdpa(q, k, v, is_causal=causal, enable_gqa=enable_gqa)
     if impl == "flex":
-        flex = _compiled_flex()
+        flex = compiled_flex()
         block_mask = _causal_block_mask(seq_len) if causal else None
         enable_gqa = gqa > 1
         return lambda q, k, v: flex(q, k, v, block_mask=block_mask, enable_gqa=enable_gqa)
@@ -278,18 +278,26 @@ def attention_call(impl: str, causal: bool, seq_len: int, gqa: int):
 
 
 @cache
-def _compiled_flex():
+def compiled_flex(dynamic: bool = False):
     """FlexAttention compiled once per process. Dynamo's recompile limit (8 by default) is
     raised: past it, dynamo silently falls back to an eager path that materialises the
-    whole score matrix (DESIGN.md, known pitfalls), and we would time that instead."""
+    whole score matrix (DESIGN.md, known pitfalls), and we would time that instead. The
+    speed and memory suites compile it per shape (``dynamic=False``, as users run a fixed
+    shape); numerics, whose every case has new lengths, uses ``dynamic=True``."""
     import torch
     import torch._dynamo.config as dynamo_config
+    import torch._functorch.config as functorch_config
     from torch.nn.attention.flex_attention import flex_attention
 
-    for name in ("recompile_limit", "cache_size_limit"):
+    limits = ("recompile_limit", "cache_size_limit")
+    limits += ("accumulated_recompile_limit", "accumulated_cache_size_limit")
+    for name in limits:
         if hasattr(dynamo_config, name):
             setattr(dynamo_config, name, 1024)
-    return torch.compile(flex_attention, dynamic=False)
+    # The compiled backward donates (frees) its saved buffers unless told not to, and then
+    # refuses ``backward(retain_graph=True)``: the backward-only timing replays one graph.
+    functorch_config.donated_buffer = False
+    return torch.compile(flex_attention, dynamic=dynamic)
 
 
 @cache

@@ -29,6 +29,7 @@ import sys
 from ._common import (
     GRID_TIMEOUT_S,
     Missing,
+    compiled_flex,
     cuda_usable,
     dtype_of,
     impl_context,
@@ -79,9 +80,7 @@ def _impl(name: str):
     if name == "flex":
         from torch.nn.attention.flex_attention import create_block_mask
 
-        from ._common import _compiled_flex
-
-        flex = _compiled_flex()
+        flex = compiled_flex(dynamic=True)
 
         def call_flex(q, k, v, mask, scale):
             batch, heads, n_q, n_k = mask.shape
@@ -136,7 +135,7 @@ class NumericsSuite:
 
     def setup_cache(self) -> dict:
         require_cuda()
-        return _measure(self.params, "cuda", "gpu", 1 if quick() else 4, "numerics")
+        return _measure(self.params, "cuda", "gpu", 1 if quick() else 2, "numerics")
 
     @tracks_metric
     def track_nonfinite_rate(self, cache, *combo):
