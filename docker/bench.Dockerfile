@@ -1,0 +1,44 @@
+# The bench service's image: the environment benchmarks/run.py needs on an NVIDIA GPU.
+# The code under test is not in the image: the service mounts the checkout read-only and
+# the entry point clones it (docker/bench-entrypoint.sh), because asv measures git commits.
+# docker-compose.yml holds the entry point, mounts and GPU reservation.
+#
+# torch comes from the official PyTorch CUDA image and is never reinstalled. The default
+# matches the project's GPU runs (torch 2.11 with its triton 3.6); pyproject.toml requires
+# triton >= 3.6, so an older base image fails the build below instead of swapping triton.
+ARG PYTORCH_IMAGE=pytorch/pytorch:2.11.0-cuda12.8-cudnn9-runtime
+FROM ${PYTORCH_IMAGE}
+
+ENV PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    DEBIAN_FRONTEND=noninteractive
+
+# git: asv and the entry point read the checkout's history. gcc + libc6-dev: Triton
+# compiles a small C launcher at run time, and the "runtime" images ship no compiler
+# (pytorch/pytorch#116696). safe.directory: the mounted checkout belongs to the host user,
+# not to root, and git refuses such repositories otherwise.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends git gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/* \
+ && git config --system --add safe.directory '*'
+
+# Triton's launcher also needs Python.h: fail the build here rather than mid-benchmark.
+RUN python -c "import os, sys, sysconfig; \
+h = os.path.join(sysconfig.get_paths()['include'], 'Python.h'); \
+os.path.exists(h) or sys.exit('no ' + h + ': Triton could not build its launcher')"
+
+# pyproject.toml's core dependencies, the bench extra (asv, ...) and the build requirements
+# (asv builds each commit offline, without build isolation), plus what benchmarks/run.py
+# checks its offline virtualenv can install (ENV_PREREQUISITES). The image's torch and
+# triton are held as constraints: pip fails rather than replacing either.
+COPY pyproject.toml docker/requirements.py benchmarks/run.py /tmp/build/
+RUN cd /tmp/build \
+ && python -c "import torch, triton; print(f'torch=={torch.__version__}'); print(f'triton=={triton.__version__}')" \
+      > constraints.txt \
+ && python requirements.py pyproject.toml --build-system bench > requirements.txt \
+ && python -c "import run; print('\\n'.join(run.ENV_PREREQUISITES))" >> requirements.txt \
+ && pip install -r requirements.txt -c constraints.txt \
+ && cd / && rm -rf /tmp/build
+
+COPY docker/bench-entrypoint.sh /usr/local/bin/safeattn-bench
