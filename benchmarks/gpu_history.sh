@@ -6,7 +6,8 @@
 # N (default 5) commits: HEAD~N..HEAD, oldest first, through asv's virtualenv environment
 # (offline build, the machine's own torch/triton); --same imports each commit from a git
 # worktree instead of building it (asv run --python=same --set-commit-hash). Then prints
-# the wall time and the safeattn-vs-peers ratio table of the newest commit.
+# the wall time and the safeattn-vs-peers ratio table of the newest commit. Commits already
+# measured on this machine (in results/) are skipped.
 #
 # Needs: a git checkout with at least N+1 commits; torch and triton installed; asv and its
 # dependencies either importable or as wheels in .whl/ (installed here with --target, no
@@ -33,7 +34,9 @@ fi
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 start=$(date +%s)
-python3 benchmarks/run.py --range "HEAD~${N}..HEAD" "$@"
+# --skip-existing: a re-run (e.g. after a time limit cut one short) continues where the last
+# stopped, provided results/ came back with the tree.
+python3 benchmarks/run.py --range "HEAD~${N}..HEAD" --skip-existing "$@"
 end=$(date +%s)
 echo "[gpu_history] ${N} commits in $((end - start)) s ($(((end - start) / N)) s per commit)"
 PYTHONPATH="$(pwd)${PYTHONPATH:+:${PYTHONPATH}}" python3 benchmarks/peer_ratios.py || true

@@ -163,7 +163,7 @@ class InterpreterNumericsSuite:
 
     def setup_cache(self) -> dict:
         use_interpreter()
-        return _measure(self.params, "cpu", "small", 1 if quick() else 3, "numerics-cpu")
+        return _measure(self.params, "cpu", "small", 1 if quick() else 2, "numerics-cpu")
 
     @tracks_metric
     def track_nonfinite_rate(self, cache, *combo):

@@ -15,7 +15,7 @@
 How the time is measured, and why it is reported through ``track_*``:
 
 - GPU: one CUDA-event pair per call (``_common.cuda_event_samples``: do_bench's method, L2
-  flushed before each call, but a fixed 50 samples), after one untimed forward+backward
+  flushed before each call, but a fixed 30 samples), after one untimed forward+backward
   that compiles and autotunes (so no autotuning or compilation is ever inside the timed
   region) and three more warm-up calls.
   Backward alone is timed by replaying ``out.backward(grad, retain_graph=True)`` on one
@@ -28,9 +28,11 @@ How the time is measured, and why it is reported through ``track_*``:
 - The whole grid is measured in ``setup_cache`` (one process, one CUDA context, kernels
   compiled once); each ``track_*`` process only looks its entry up (benchmarks/_common.py).
 
-Cost: 5 impls × 32 shapes; one full GPU run is designed to stay within ~6 minutes per commit
-on an H100 once Triton's and Inductor's on-disk caches are warm (the first commit on a fresh
-machine also pays FlexAttention's compiles).
+Cost: 5 impls × 32 shapes × (1 + 3 + 3 × 33) calls. The whole GPU suite (speed, memory,
+live resources, numerics, plus the CPU suites) is sized for at most ~6 minutes per commit on
+an H100 once Triton's and Inductor's on-disk caches are warm; the first commit on a fresh
+machine also pays every compile (FlexAttention's especially). Not yet timed on a GPU: the
+wall time of a real run is what to trust (benchmarks/gpu_history.sh prints it).
 
 A peer that cannot run a shape (e.g. a backend without GQA support) reports NaN, with the
 backend's error as the reason on stderr; it is not pruned from the grid, because which
@@ -80,7 +82,7 @@ def _gpu_times(impl: str, dtype: str, head_dim: int, seq_len: int, causal: bool,
     """{pass: [ms, ...]} for one implementation and shape on cuda:0."""
     import torch
 
-    samples = 10 if quick() else 50
+    samples = 10 if quick() else 30
     fn = attention_call(impl, causal, seq_len, gqa)
     q, k, v, grad_out = attention_inputs(impl, dtype, seq_len, head_dim, gqa)
     grads = [q, k, v]
