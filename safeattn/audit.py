@@ -51,6 +51,7 @@ class AuditRow:
     spills: int  # local-memory bytes per thread (spill space)
     smem_limit: int
     fits: bool
+    error: str = ""  # why it did not compile (a compiler crash is a finding, not a crash here)
 
 
 def _kernel_fn(kernel: str):
@@ -172,11 +173,19 @@ def audit_one(
     cx = _constexprs(kernel, cfg, dtype, head_dim, variant)
     signature, consts, attrs = _signature(fn, dtype, variant, cx, head_dim)
     src = ASTSource(fn=fn, signature=signature, constexprs=consts, attrs=attrs)
-    compiled = triton.compile(
-        src,
-        target=GPUTarget("cuda", arch.capability, 32),
-        options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
-    )
+    try:
+        compiled = triton.compile(
+            src,
+            target=GPUTarget("cuda", arch.capability, 32),
+            options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
+        )
+    except Exception as exc:  # e.g. ptxas crashing on one config: report it as a row
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return AuditRow(
+            kernel=kernel, arch=arch.name, dtype=_DTYPE_NAMES[dtype], head_dim=head_dim,
+            variant=variant, config=str(cfg), shared_bytes=-1, registers=-1, spills=-1,
+            smem_limit=arch.smem_optin_bytes, fits=False, error=first[:200],
+        )  # fmt: skip
     shared = int(compiled.metadata.shared)
     regs, local = _regs_and_local(compiled.asm["cubin"])
     return AuditRow(
@@ -264,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(f"{r.kernel:<15}{r.arch:<6}{r.dtype:<10}{r.head_dim:>4} {r.variant:<8}{r.config:<16}"
               f"{r.shared_bytes:>8}{r.smem_limit:>8}{r.registers:>6}{r.spills:>6}  "
-              f"{'yes' if r.fits else 'NO'}")  # fmt: skip
+              f"{'yes' if r.fits else 'NO'}{'  ' + r.error if r.error else ''}")  # fmt: skip
     bad = [r for r in rows if not r.fits]
     print(f"{len(rows)} compiled, {len(bad)} over a limit", file=sys.stderr)
     if args.json:

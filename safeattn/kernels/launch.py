@@ -147,8 +147,13 @@ def _choose(name, fn, grid, args, meta, dtype, device):
     limit = _smem_limit(device)
     single = meta.deterministic or not configs.autotune_enabled()
     fitting = []
+    failed = []
     for cfg in configs.candidates(name, configs.block_d(meta.head_dim), dtype):
-        compiled = fn.warmup(*args, grid=grid(cfg), **_constexprs(meta, dtype, cfg))
+        try:
+            compiled = fn.warmup(*args, grid=grid(cfg), **_constexprs(meta, dtype, cfg))
+        except Exception as exc:  # a compiler crash on one candidate must not fail the call
+            failed.append(f"{cfg}: {str(exc).strip().splitlines()[0] if str(exc) else exc!r}")
+            continue
         if configs.fits(int(compiled.metadata.shared), limit):
             fitting.append(cfg)
             if single:  # first fitting candidate wins; compile no more than needed
@@ -156,7 +161,8 @@ def _choose(name, fn, grid, args, meta, dtype, device):
     if not fitting:
         raise RuntimeError(
             f"safeattn: no shipped {name} config fits this GPU's {limit} bytes of shared memory "
-            f"(head_dim={meta.head_dim}, dtype={dtype}). This is a bug: please report it."
+            f"(head_dim={meta.head_dim}, dtype={dtype}; compile failures: {failed}). "
+            "This is a bug: please report it."
         )
     if len(fitting) == 1 or single:
         return fitting[0], []
