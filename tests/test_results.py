@@ -327,3 +327,25 @@ def test_empty_results_directory(tmp_path):
     loaded = load_results(tmp_path)
     assert loaded.table.empty and list(loaded.table.columns) == list(BASE_COLUMNS)
     assert loaded.commits.empty and loaded.machines == {}
+
+
+def test_loads_the_real_cpu_suite_output():
+    """The repository's own suite, run for real (shared with test_asv_suite.py)."""
+    from asv_helpers import asv_cpu_run
+
+    from safeattn.regress.metrics import METRICS
+
+    run = asv_cpu_run()
+    loaded = load_results(run.results)
+    assert loaded.problems == []
+    table = loaded.table
+    # One commit: the working tree, recorded as HEAD (not compared with run.commit: another
+    # commit landing during the run moves HEAD).
+    (commit,) = set(table["commit"])
+    assert set(table["machine"]) == {run.machine}
+    # Every benchmark follows the track_<metric> convention of the metric registry.
+    assert set(table["metric"]) <= set(METRICS), set(table["metric"]) - set(METRICS)
+    own = table[table["impl"] == "safeattn"]
+    assert len(own) and (own["status"] == "ok").any()
+    # benchmarks/run.py's per-commit sidecar reaches the machine info.
+    assert f"versions-{commit}.json" in loaded.machines[run.machine]["sidecars"]
