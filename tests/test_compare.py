@@ -187,8 +187,13 @@ def test_parent_commit_follows_commit_order(toy):
         ({"sidecars": {"env.json": {"gpu_arch": "sm_80"}}}, "sm80"),
         ({"cuda_arch": 89, "sidecars": {}}, "sm89"),
         ({"arch": "x86_64", "sidecars": {}}, None),
+        # benchmarks/run.py's versions-<sha>.json, on a GPU machine and on a CPU-only one.
+        ({"sidecars": {"versions-ab.json": {"gpu": {"name": "NVIDIA H200", "arch": "sm90"},
+                                            "cpu": "AMD EPYC"}}}, "sm90"),
+        ({"arch": "x86_64", "sidecars": {"versions-ab.json": {"gpu": None}}}, None),
     ],
-    ids=["capability-string", "capability-pair", "sm-name", "int", "cpu-only"],
+    ids=["capability-string", "capability-pair", "sm-name", "int", "cpu-only",
+         "run-py-sidecar-gpu", "run-py-sidecar-cpu"],
 )
 def test_machine_arch(info, arch):
     assert machine_arch(info) == arch
