@@ -1,6 +1,6 @@
-"""Static resource audit: cross-compile every kernel × shipped config × dtype × head-dim
-bucket for each supported architecture (no GPU needed) and report shared memory, registers
-and spills against that architecture's limits (``safeattn.gpu_limits``).
+"""Static resource audit: for each supported architecture, cross-compile every kernel ×
+config shipped to it × dtype × head-dim bucket (no GPU needed) and report shared memory,
+registers and spills against that architecture's limits (``safeattn.gpu_limits``).
 
 Triton compiles for a target without a device (``GPUTarget``); its wheel carries ptxas and
 cuobjdump, which give the register count and local-memory (spill) bytes of the cubin.
@@ -207,11 +207,11 @@ def _jobs(archs, kernels, dtypes, head_dims, variants):
     for kernel in kernels:
         for dtype in dtypes:
             for hd in head_dims:
-                cands = configs.candidates(kernel, hd, dtype)
                 for variant in variants if kernel != "bwd_preprocess" else ("causal",):
-                    for cfg in cands:
-                        for arch in archs:
-                            yield (kernel, ARCHS[arch], dtype, hd, variant, cfg)
+                    for arch in archs:
+                        limits = ARCHS[arch]
+                        for cfg in configs.candidates(kernel, hd, dtype, limits.smem_optin_bytes):
+                            yield (kernel, limits, dtype, hd, variant, cfg)
 
 
 def _run_job(job) -> AuditRow:

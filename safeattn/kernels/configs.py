@@ -54,8 +54,8 @@ _HALF: dict[str, dict[int, list[KernelConfig]]] = {
         256: [C(32, 64, 4, 1), C(32, 32, 4, 1), C(16, 32, 4, 1)],
     },
     "bwd_dq": {
-        32: [C(128, 64, 4, 3), C(64, 32, 4, 3), C(64, 64, 4, 3)],
-        64: [C(128, 64, 4, 3), C(64, 32, 4, 3), C(64, 64, 4, 3)],
+        32: [C(128, 64, 4, 3), C(64, 32, 4, 3), C(64, 64, 4, 2)],
+        64: [C(128, 64, 4, 3), C(64, 32, 4, 3), C(64, 64, 4, 2)],
         128: [C(128, 64, 8, 3), C(64, 64, 4, 2), C(64, 32, 4, 3), C(128, 32, 4, 3)],
         256: [C(64, 32, 4, 1), C(32, 32, 4, 1), C(32, 16, 4, 1)],
     },
@@ -86,6 +86,20 @@ _FP32: dict[str, dict[int, list[KernelConfig]]] = {
     "bwd_preprocess": _HALF["bwd_preprocess"],
 }
 
+# Configs whose compiled shared memory exceeds the 101376 bytes of sm86/sm89 (measured by
+# ``python -m safeattn.audit`` on 2026-11-21, triton 3.6): shipped only to GPUs with at least
+# LARGE_SMEM_BYTES (sm80, sm90). Keyed by (kernel, head-dim bucket, fp32?, config).
+LARGE_SMEM_BYTES = 160 * 1024
+_NEEDS_LARGE_SMEM: set[tuple[str, int, bool, KernelConfig]] = {
+    ("forward", 128, False, C(128, 128, 8, 3)),
+    ("forward", 128, False, C(128, 64, 8, 4)),
+    ("forward", 256, False, C(128, 64, 8, 2)),
+    ("forward", 256, False, C(64, 64, 4, 2)),
+    ("bwd_dkdv", 128, False, C(64, 128, 8, 1)),
+    ("bwd_dkdv", 256, True, C(16, 32, 4, 1)),
+    ("bwd_dq", 128, False, C(128, 64, 8, 3)),
+}
+
 # Under the interpreter: small, unequal blocks so that CPU tests with short sequences still
 # cross block boundaries on both axes.
 _INTERPRETER: dict[str, KernelConfig] = {
@@ -105,10 +119,24 @@ def _bucket(head_dim_block: int) -> int:
     return max(32, head_dim_block)
 
 
-def candidates(kernel: str, head_dim_block: int, dtype: torch.dtype) -> list[KernelConfig]:
-    """The shipped configs for one kernel, head-dim tile (16..256) and dtype, best first."""
-    table = _FP32 if dtype == torch.float32 else _HALF
-    return [c for c in table[kernel][_bucket(head_dim_block)] if keep(c, kernel, head_dim_block)]
+def candidates(
+    kernel: str, head_dim_block: int, dtype: torch.dtype, smem_limit: int | None = None
+) -> list[KernelConfig]:
+    """The shipped configs for one kernel, head-dim tile (16..256) and dtype, best first.
+
+    ``smem_limit`` (the GPU's opt-in shared memory per block, bytes) drops the configs that
+    only fit GPUs with :data:`LARGE_SMEM_BYTES`; None keeps every config.
+    """
+    fp32 = dtype == torch.float32
+    bucket = _bucket(head_dim_block)
+    table = _FP32 if fp32 else _HALF
+    small_gpu = smem_limit is not None and smem_limit < LARGE_SMEM_BYTES
+    return [
+        c
+        for c in table[kernel][bucket]
+        if keep(c, kernel, head_dim_block)
+        and not (small_gpu and (kernel, bucket, fp32, c) in _NEEDS_LARGE_SMEM)
+    ]
 
 
 def keep(cfg: KernelConfig, kernel: str, head_dim_block: int) -> bool:

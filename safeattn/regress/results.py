@@ -338,8 +338,10 @@ def _expand_row(
             raise _RowError(f"result {i} is {raw!r}, expected a number, NaN or null")
         sample_list = samples[i]
         if sample_list is not None:
-            if not isinstance(sample_list, list):
-                raise _RowError(f"samples {i} is not a list")
+            if not isinstance(sample_list, list) or not all(
+                isinstance(s, (int, float)) for s in sample_list
+            ):
+                raise _RowError(f"samples {i} is not a list of numbers")
             sample_list = [float(s) for s in sample_list if _finite_or_none(s) is not None]
         records.append(
             {
