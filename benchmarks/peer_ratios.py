@@ -38,7 +38,9 @@ def ratio_table(
     else:  # newest commit per machine
         newest = speed.sort_values("date").groupby("machine")["commit"].last()
         speed = speed[speed["commit"] == speed["machine"].map(newest)]
+    # The suite's own shape parameters (the table has every suite's parameter columns).
     shape = [c for c in ("dtype", "head_dim", "seq_len", "causal", "gqa") if c in speed]
+    shape = [c for c in shape if speed[c].notna().all()]
     keys = ["machine", "commit", "metric", *shape]
     wide = speed.pivot_table(index=keys, columns=IMPL_PARAM, values="value", aggfunc="first")
     own = wide.pop(OWN_IMPL)

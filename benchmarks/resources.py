@@ -5,7 +5,9 @@ local memory per thread) of safeattn's kernels.
     arch × kernel × dtype × head_dim from ``safeattn.audit.audit()``, which cross-compiles
     every shipped config and feature variant for each architecture. The value is the
     maximum over configs and variants: the worst case that must fit the architecture's
-    limit (``safeattn.gpu_limits``). The audit runs once per asv run, in ``setup_cache``.
+    limit (``safeattn.gpu_limits``). A config that does not compile is left out of the
+    maximum and named on stderr; a slice where none compiles is NaN with the error. The
+    audit runs once per asv run, in ``setup_cache``.
 ``LiveResourcesSuite`` (GPU only; absent without a usable CUDA GPU)
     kernel × dtype × head_dim: what the kernels actually launched by one forward+backward
     (N = 4096, non-causal, MHA, shapes from DESIGN.md) use, from
@@ -73,10 +75,17 @@ class StaticAuditSuite:
             reason = Missing(reason_of(exc))
             return {combo: reason for combo in itertools.product(*self.params)}
         worst: dict = {}
+        errors: dict = {}
         for row in rows:
             key = (row.arch, row.kernel, row.dtype, row.head_dim)
+            if getattr(row, "error", ""):  # a config that did not compile: no figures
+                errors.setdefault(key, f"{row.variant} {row.config}: {row.error}")
+                continue
             old = worst.get(key, dict.fromkeys(FIELDS, 0))
             worst[key] = {f: max(old[f], int(getattr(row, f))) for f in FIELDS}
+        for key, error in errors.items():
+            print(f"[audit] {key}: a config did not compile ({error})", file=sys.stderr)
+            worst.setdefault(key, Missing(f"no config compiled, e.g. {error}"))
         return worst
 
     @tracks_metric

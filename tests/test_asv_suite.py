@@ -180,3 +180,21 @@ def test_machine_and_versions_sidecar(asv_run):
     assert sidecar["triton"] == triton.__version__
     assert (sidecar["gpu"] is None) == (not torch.cuda.is_available())
     assert sidecar["result_file"] == asv_run.result_files()[-1].name
+
+
+def test_peer_ratios_from_the_run(asv_run):
+    peer_ratios = importlib.import_module("benchmarks.peer_ratios")
+    table = peer_ratios.ratio_table(asv_run.results, None, None, "speed.InterpreterSpeedSuite")
+    assert set(table["metric"]) == {f"{p}_ms" for p in speed.PASSES}
+    assert len(table) == 3 * len(speed.CAUSAL)
+    assert (table["reference"] > 0).all()
+
+
+def test_benchmarks_json_keeps_what_this_machine_did_not_discover(tmp_path):
+    path = tmp_path / "benchmarks.json"
+    before = {"speed.SpeedSuite.track_forward_ms": {"unit": "ms"}, "version": 2}
+    path.write_text(json.dumps({"speed.InterpreterSpeedSuite.track_forward_ms": {}, "version": 2}))
+    run.merge_benchmarks_json(path, before)
+    merged = json.loads(path.read_text())
+    assert merged["speed.SpeedSuite.track_forward_ms"] == {"unit": "ms"}
+    assert "speed.InterpreterSpeedSuite.track_forward_ms" in merged
