@@ -9,6 +9,8 @@
 # the wall time and the safeattn-vs-peers ratio table of the newest commit. Commits already
 # measured on this machine (in results/) are skipped.
 #
+# SAFEATTN_HISTORY_BUDGET_S=540 stops starting new commits after that many seconds.
+#
 # Needs: a git checkout with at least N+1 commits; torch and triton installed; asv and its
 # dependencies either importable or as wheels in .whl/ (installed here with --target, no
 # network): asv, asv_runner, virtualenv, python-discovery, distlib, platformdirs, json5,
@@ -32,11 +34,22 @@ if ! python3 -c "import asv, asv_runner, virtualenv" 2>/dev/null; then
   export PYTHONPATH="${site}${PYTHONPATH:+:${PYTHONPATH}}"
 fi
 
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
+# One run.py call per commit, oldest first, so that a time budget (seconds, e.g. under a
+# 10-minute command limit) stops between commits instead of losing one half-measured.
+# --skip-existing: commits already in results/ for this machine are not measured again.
+budget="${SAFEATTN_HISTORY_BUDGET_S:-0}"
 start=$(date +%s)
-# --skip-existing: a re-run (e.g. after a time limit cut one short) continues where the last
-# stopped, provided results/ came back with the tree.
-python3 benchmarks/run.py --range "HEAD~${N}..HEAD" --skip-existing "$@"
+done_count=0
+for sha in $(git rev-list --first-parent --reverse "HEAD~${N}..HEAD"); do
+  elapsed=$(($(date +%s) - start))
+  if [ "${budget}" -gt 0 ] && [ "${elapsed}" -ge "${budget}" ]; then
+    echo "[gpu_history] budget of ${budget} s used (${elapsed} s): stopping before ${sha:0:8}"
+    break
+  fi
+  python3 benchmarks/run.py --range "${sha}^!" --skip-existing "$@"
+  done_count=$((done_count + 1))
+done
 end=$(date +%s)
-echo "[gpu_history] ${N} commits in $((end - start)) s ($(((end - start) / N)) s per commit)"
+echo "[gpu_history] ${done_count} of ${N} commits in $((end - start)) s"
 PYTHONPATH="$(pwd)${PYTHONPATH:+:${PYTHONPATH}}" python3 benchmarks/peer_ratios.py || true

@@ -219,11 +219,11 @@ def check_offline_prerequisites(env: dict) -> None:
 
 
 def commits_in(spec: str) -> list[str]:
-    """Full hashes of an ``A..B`` range (oldest first), or of a single revision."""
+    """Full hashes of an ``A..B`` range (oldest first), or of one revision (``X`` or ``X^!``)."""
     if ".." in spec:
         hashes = git("rev-list", "--first-parent", "--reverse", spec).split()
-    else:
-        hashes = [git("rev-parse", "--verify", spec + "^{commit}")]
+    else:  # one revision, also written as asv does: "<rev>^!"
+        hashes = [git("rev-parse", "--verify", spec.removesuffix("^!") + "^{commit}")]
     if not hashes:
         raise SystemExit(f"[run] no commits in {spec!r}")
     return hashes
