@@ -20,8 +20,9 @@ What it does, in order (each step prints a ``[run]`` line; asv prints its own pr
    conservative fallback. Two ways to get the code under test:
 
    - default: asv's virtualenv environment (asv.conf.json). It sees the machine's torch and
-     triton (``VIRTUALENV_SYSTEM_SITE_PACKAGES=true``; when this Python is itself a venv,
-     whose packages that flag cannot reach, ``ASV_PYTHONPATH`` points at them) and builds
+     triton (``VIRTUALENV_SYSTEM_SITE_PACKAGES=true``, plus ``ASV_PYTHONPATH`` for
+     ``PYTHONPATH``'s entries and, when this Python is itself a venv, whose packages that
+     flag cannot reach, its site-packages: :func:`host_paths`) and builds
      and installs each commit with ``pip --no-index --no-deps --no-build-isolation``, with
      ``PIP_NO_INDEX=1`` set: no network needed. ``asv run A..B``,
      ``--skip-existing-commits`` and ``asv continuous`` work the same way by hand.
