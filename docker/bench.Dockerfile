@@ -17,7 +17,9 @@ ENV PYTHONUNBUFFERED=1 \
 # git: asv and the entry point read the checkout's history. gcc + libc6-dev: Triton
 # compiles a small C launcher at run time, and the "runtime" images ship no compiler
 # (pytorch/pytorch#116696). safe.directory: the mounted checkout belongs to the host user,
-# not to root, and git refuses such repositories otherwise.
+# not to root, and git refuses such repositories otherwise. Unpinned apt versions: the
+# base image's distribution fixes them.
+# hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends git gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/* \
@@ -33,12 +35,13 @@ os.path.exists(h) or sys.exit('no ' + h + ': Triton could not build its launcher
 # checks its offline virtualenv can install (ENV_PREREQUISITES). The image's torch and
 # triton are held as constraints: pip fails rather than replacing either.
 COPY pyproject.toml docker/requirements.py benchmarks/run.py /tmp/build/
-RUN cd /tmp/build \
- && python -c "import torch, triton; print(f'torch=={torch.__version__}'); print(f'triton=={triton.__version__}')" \
-      > constraints.txt \
- && python requirements.py pyproject.toml --build-system bench > requirements.txt \
- && python -c "import run; print('\\n'.join(run.ENV_PREREQUISITES))" >> requirements.txt \
- && pip install -r requirements.txt -c constraints.txt \
- && cd / && rm -rf /tmp/build
+RUN python -c "import torch, triton; print(f'torch=={torch.__version__}'); print(f'triton=={triton.__version__}')" \
+      > /tmp/build/constraints.txt \
+ && python /tmp/build/requirements.py /tmp/build/pyproject.toml --build-system bench \
+      > /tmp/build/requirements.txt \
+ && PYTHONPATH=/tmp/build python -c "import run; print('\\n'.join(run.ENV_PREREQUISITES))" \
+      >> /tmp/build/requirements.txt \
+ && pip install -r /tmp/build/requirements.txt -c /tmp/build/constraints.txt \
+ && rm -rf /tmp/build
 
 COPY docker/bench-entrypoint.sh /usr/local/bin/safeattn-bench

@@ -34,5 +34,5 @@ COPY docker/healthcheck.py docker/healthcheck.py
 
 # Read-only results, nothing to write: run as an unprivileged user.
 RUN useradd --create-home --uid 10001 dashboard
-USER dashboard
+USER 10001
 EXPOSE 8501
