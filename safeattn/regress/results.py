@@ -192,7 +192,19 @@ def _load_benchmarks_json(root: Path, problems: list[str]) -> dict[str, dict]:
         if data is not None:
             problems.append("benchmarks.json: expected a JSON object")
         return {}
-    return {k: v for k, v in data.items() if isinstance(v, dict)}
+    described = {}
+    for name, entry in data.items():
+        if not isinstance(entry, dict):
+            continue  # e.g. the file's "version"
+        names = entry.get("param_names", [])
+        if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+            problems.append(f"benchmarks.json: {name}: 'param_names' is not a list of names")
+            entry = {k: v for k, v in entry.items() if k != "param_names"}
+        if not isinstance(entry.get("unit", ""), str):
+            problems.append(f"benchmarks.json: {name}: 'unit' is not a string")
+            entry = {k: v for k, v in entry.items() if k != "unit"}
+        described[name] = entry
+    return described
 
 
 def _parse_param(text: Any) -> Any:
@@ -253,6 +265,9 @@ def _load_result_file(
             f"{_ASV_RESULTS_API_VERSION} (run `asv update`)"
         )
         return []
+    if not isinstance(data["env_name"], str):
+        problems.append(f"{rel}: env_name {data['env_name']!r} is not a string")
+        return []
     commit = data["commit_hash"]
     if not (isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{7,64}", commit)):
         problems.append(f"{rel}: commit_hash {commit!r} is not a hex sha")
@@ -263,8 +278,10 @@ def _load_result_file(
         problems.append(f"{rel}: date {data['date']!r} is not milliseconds since the epoch")
         return []
     columns = data["result_columns"]
-    if not isinstance(columns, list) or not isinstance(data["results"], dict):
-        problems.append(f"{rel}: 'result_columns' must be a list and 'results' an object")
+    if not (isinstance(columns, list) and all(isinstance(c, str) for c in columns)) or (
+        not isinstance(data["results"], dict)
+    ):
+        problems.append(f"{rel}: 'result_columns' must be a list of names, 'results' an object")
         return []
 
     records: list[dict[str, Any]] = []
@@ -298,8 +315,10 @@ def _expand_row(
         raise _RowError(f"row is a {type(row).__name__}, expected a list")
     fields = dict(zip(columns, row, strict=False))  # asv drops trailing None fields
     raw_params = fields.get("params") or []
-    if not isinstance(raw_params, list) or not all(isinstance(p, list) for p in raw_params):
-        raise _RowError("'params' is not a list of lists")
+    if not isinstance(raw_params, list) or not all(
+        isinstance(p, list) and all(isinstance(v, str) for v in p) for p in raw_params
+    ):
+        raise _RowError("'params' is not a list of lists of parameter reprs")
     combos = list(itertools.product(*raw_params))  # [()] when not parameterised
     names = list(declared.get("param_names") or [])
     if len(names) != len(raw_params):
