@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from test_results import TOY_MACHINE, copy_results, toy_results
@@ -189,3 +190,38 @@ def test_command_line_exit_codes(toy):
     assert slow.returncode == 1, slow.stderr
     same = subprocess.run([*cmd, "--head", shas["same"]], capture_output=True, text=True)
     assert same.returncode == 0, same.stderr
+
+
+def _mutate(obj, rng, depth: int = 0) -> None:
+    """Replace one value somewhere inside a JSON document with a value of another type."""
+    junk = [None, 1, "x", [], {}, [1, 2], float("nan"), True, -1.5]
+    if isinstance(obj, dict) and obj:
+        key = rng.choice(list(obj))
+        if rng.random() < 0.6 and depth < 5 and isinstance(obj[key], (dict, list)):
+            _mutate(obj[key], rng, depth + 1)
+        else:
+            obj[key] = rng.choice(junk)
+    elif isinstance(obj, list) and obj:
+        i = rng.randrange(len(obj))
+        if rng.random() < 0.6 and depth < 5 and isinstance(obj[i], (dict, list)):
+            _mutate(obj[i], rng, depth + 1)
+        else:
+            obj[i] = rng.choice(junk)
+
+
+def test_damaged_files_never_crash_the_gate(toy, tmp_path, capsys):
+    """Any JSON value of the wrong type anywhere: an exit code and a message, no traceback."""
+    import random
+
+    results, shas = toy
+    rng = random.Random(0)
+    for trial in range(40):
+        copy = Path(shutil.copytree(results, tmp_path / f"r{trial}"))
+        target = rng.choice(sorted(copy.rglob("*.json")))
+        data = json.loads(target.read_text())
+        _mutate(data, rng)
+        target.write_text(json.dumps(data))
+        for fmt in ("text", "markdown", "json"):
+            code, _, _ = gate(capsys, "--results", str(copy), "--base", shas["base"],
+                              "--head", shas["slow"], "--format", fmt)
+            assert code in (0, 1, 2), (target.name, code)
