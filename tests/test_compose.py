@@ -8,8 +8,9 @@ No Docker engine runs on CI, so this file checks what can be checked without one
   for the bench service, which reserves an NVIDIA GPU.
 - The dashboard service's exact command and environment, run on this machine from the
   repository root (the image's WORKDIR holds the same layout), serve real asv results:
-  the health endpoint answers ``ok``, the service's own health check passes, the overview
-  page in Chromium names every machine of the results, and nothing is written into them.
+  the health endpoint answers ``ok``, the service's own health check passes (and fails
+  when nothing listens), the overview page opened in Chromium by deep link as the server's
+  first view names every machine of the results, and nothing is written into them.
   Only what Docker itself maps is translated: the results mount (a temporary copy of the
   repository's ``results/``, or of real sample asv runs while that holds none), the port
   (a free one) and the bind address (loopback).
