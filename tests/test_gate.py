@@ -160,6 +160,10 @@ def test_machine_with_only_one_commit(toy, tmp_path, capsys):
     assert code == 0 and "other-gpu has results for the base only" in out
     code, _, err = gate(capsys, *args, "--machine", "other-gpu")
     assert code == 2 and "other-gpu: base present, head MISSING" in err
+    code, _, err = gate(capsys, *args, "--machine", TOY_MACHINE, "other-gpu")
+    assert code == 2 and "other-gpu: base present, head MISSING" in err
+    code, out, _ = gate(capsys, *args, "--machine", TOY_MACHINE, "--format", "json")
+    assert code == 0 and json.loads(out)["machines"] == [TOY_MACHINE]
 
 
 def test_nothing_comparable_exits_2(toy, tmp_path, capsys):

@@ -405,8 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--base", required=True, help="base commit (sha, prefix or git ref)")
     parser.add_argument("--head", required=True, help="head commit (sha, prefix or git ref)")
     parser.add_argument(
-        "--machine", action="append", default=None,
-        help="asv machine name (repeatable; default: every machine with both commits)",
+        "--machine", action="extend", nargs="+", default=None, metavar="NAME",
+        help="asv machine name(s) (default: every machine with results for both commits)",
     )
     parser.add_argument("--policy", default=None, help="policy TOML (default: packaged)")
     parser.add_argument("--format", choices=sorted(RENDERERS), default="text")
