@@ -23,6 +23,7 @@ from safeattn.regress.compare import (
     mann_whitney_u,
     parent_commit,
     resolve_commit,
+    slowdown_sensitivity,
 )
 from safeattn.regress.results import LoadedResults, load_results
 
@@ -324,3 +325,15 @@ def test_compare_rejects_unknown_machine_and_commit(toy, policy):
         compare(loaded, shas["base"], shas["slow"], "gpu-x", policy)
     with pytest.raises(ValueError, match="no results for commit"):
         compare(loaded, shas["base"], "f" * 40, TOY_MACHINE, policy)
+
+
+def test_slowdown_sensitivity_on_an_a_a_pair(toy, policy):
+    loaded, shas = toy
+    table = slowdown_sensitivity(loaded, shas["base"], shas["same"], TOY_MACHINE, policy,
+                                 factors=(1.0, 1.5))
+    assert list(table.columns) == ["factor", "rows", "flagged", "fraction"]
+    unchanged, slowed = table.to_dict("records")
+    # One safeattn speed row in the toy suite (the peer is context).
+    assert unchanged["rows"] == slowed["rows"] == 1
+    assert unchanged["flagged"] == 0  # the A/A pair itself: no false alarm
+    assert slowed["flagged"] == 1 and slowed["fraction"] == 1.0

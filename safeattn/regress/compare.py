@@ -528,3 +528,52 @@ def _finite(x: Any) -> bool:
 
 def _times(ratio: float) -> str:
     return "inf x" if math.isinf(ratio) else f"{ratio:.3f}x"
+
+
+# ---------------------------------------------------------------- sensitivity
+
+SENSITIVITY_FACTORS: tuple[float, ...] = (1.0, 1.02, 1.05, 1.08, 1.10, 1.15, 1.20, 1.30, 1.50)
+
+
+def slowdown_sensitivity(
+    loaded: LoadedResults,
+    base: str,
+    head: str,
+    machine: str,
+    policy: Policy,
+    factors: Sequence[float] = SENSITIVITY_FACTORS,
+) -> pd.DataFrame:
+    """How large a slowdown the gate catches, given the noise of two real runs.
+
+    Meant for an A/A pair (``base`` and ``head`` measure the same code): every safeattn
+    speed row of ``head`` (value, CI and samples) is made ``factor`` times slower and the
+    comparison re-run. Returns one row per factor: ``factor``, ``rows`` (safeattn speed
+    rows compared), ``flagged`` (of those, judged regressions), ``fraction``. At factor 1.0
+    ``flagged`` is the A/A false-alarm count.
+    """
+    base_sha = resolve_commit(loaded, base, machine)
+    head_sha = resolve_commit(loaded, head, machine)
+    table = loaded.table
+    kinds = [_kind_of(b, m) for b, m in zip(table["benchmark"], table["metric"], strict=True)]
+    speed = pd.Series(kinds, index=table.index).eq("speed") & table["better"].eq("lower")
+    slowed_rows = (table["machine"] == machine) & (table["commit"] == head_sha) & speed
+    out = []
+    for factor in factors:
+        scaled = table.copy()
+        for column in ("value", "ci_low", "ci_high"):
+            scaled.loc[slowed_rows, column] = table.loc[slowed_rows, column] * factor
+        scaled.loc[slowed_rows, "samples"] = table.loc[slowed_rows, "samples"].map(
+            lambda samples, f=factor: None if samples is None else [s * f for s in samples]
+        )
+        trial = LoadedResults(scaled, loaded.machines, loaded.commits, loaded.problems)
+        result = compare(trial, base_sha, head_sha, machine, policy)
+        own_speed = result[(result["kind"] == "speed") & ~result["peer"].astype(bool)]
+        compared = own_speed[own_speed["ratio"].notna()]
+        flagged = int((compared["verdict"] == "regression").sum())
+        out.append({
+            "factor": factor,
+            "rows": len(compared),
+            "flagged": flagged,
+            "fraction": flagged / len(compared) if len(compared) else math.nan,
+        })
+    return pd.DataFrame(out, columns=["factor", "rows", "flagged", "fraction"])
