@@ -40,7 +40,8 @@ class ResultsIndex:
 
     ``files``: one row per result file: machine, commit (full sha), date (UTC), order
     (per machine, 0 = oldest, by date then sha) and path (relative to the directory).
-    ``problems``: ``"path: why"`` for result files whose header cannot be read.
+    ``problems``: ``"path: why"`` for result files whose header cannot be read or that are
+    truncated; those files are left out.
     """
 
     root: Path
@@ -82,6 +83,10 @@ def index_results(results_dir: str | Path) -> ResultsIndex:
             if header is None:
                 problems.append(f"{rel}: no commit_hash/date in the file (corrupt or not asv)")
                 continue
+            if not _complete(path):
+                # A partial write: reported on every page, whichever commits it loads.
+                problems.append(f"{rel}: truncated (the JSON object is not closed); skipped")
+                continue
             commit, date_ms = header
             records.append({"machine": machine_dir.name, "commit": commit,
                             "date": pd.Timestamp(date_ms, unit="ms", tz="UTC"), "path": rel})
@@ -109,6 +114,16 @@ def _header(path: Path) -> tuple[str, int] | None:
         return str(data["commit_hash"]), int(data["date"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _complete(path: Path) -> bool:
+    """Whether the file ends like a JSON object (cheap: reads the last bytes only)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, path.stat().st_size - 64))
+            return f.read().rstrip().endswith(b"}")
+    except OSError:
+        return False
 
 
 def load_commits(index: ResultsIndex, wanted: dict[str, list[str]]) -> LoadedResults:

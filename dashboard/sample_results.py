@@ -32,7 +32,9 @@ from pathlib import Path
 MACHINES: tuple[str, ...] = ("cpu-alpha", "cpu-beta")
 # The regression commit runs the forward pass this many times: far beyond timing noise.
 SLOW_REPEATS = 4
-FAMILIES: tuple[str, ...] = ("fully_masked_batch", "left_pad_causal")
+# Two of safeattn.families' adversarial families, imitated in numpy (checked against
+# safeattn.families.FAMILIES when the sample is made).
+FAMILIES: tuple[str, ...] = ("all_keys_masked", "leftpad_causal")
 
 _ATTN_SOURCE = '''\
 """A tiny numpy attention: the project whose commits the sample asv runs measure."""
@@ -151,10 +153,10 @@ def _inputs(family, dtype, seed):
     rng = np.random.default_rng(seed)
     q, k, v = (rng.standard_normal((2, 2, 8, 4)).astype(dtype) for _ in range(3))
     mask = np.ones((2, 8), dtype=bool)
-    if family == "fully_masked_batch":
+    if family == "all_keys_masked":  # every key of batch element 1 masked
         mask[1] = False
         causal = False
-    else:  # left_pad_causal: the first rows of batch 0 see only padding
+    else:  # leftpad_causal: the first rows of batch 0 see only padding
         mask[0, :3] = False
         causal = True
     return q, k, v, mask, causal
@@ -172,7 +174,7 @@ class NumericsSuite:
                 out = attn.attention(q, k, v, mask, causal, impl == "safeattn")
             if not np.isfinite(out).all():
                 nonfinite += 1
-            elif family == "fully_masked_batch" and np.abs(out[1]).max() != 0:
+            elif family == "all_keys_masked" and np.abs(out[1]).max() != 0:
                 wrong += 1
         return nonfinite / TRIALS, wrong / TRIALS
 
@@ -229,6 +231,11 @@ def make_sample_results(workdir: str | Path, machines: tuple[str, ...] = MACHINE
     Returns the asv ``results/`` directory (``<workdir>/project/results``). The first
     commit is healthy, the second (later commit date) is the planted regression.
     """
+    from safeattn.families import FAMILIES as KNOWN
+
+    unknown = set(FAMILIES) - set(KNOWN)
+    if unknown:
+        raise ValueError(f"sample families {sorted(unknown)} are not in safeattn.families")
     workdir = Path(workdir)
     project, home = workdir / "project", workdir / "home"
     if project.exists():

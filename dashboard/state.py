@@ -106,8 +106,9 @@ def results_index() -> data.ResultsIndex:
         st.markdown(HOW_TO_PRODUCE.format(path=path, env=RESULTS_ENV))
         st.stop()
     index = _index(*_key())
+    # Files the index could not use are reported on every page, whatever it loads.
+    _show_problems(index.problems, expanded=index.files.empty)
     if index.files.empty:
-        _show_problems(index.problems, expanded=True)
         st.info(HOW_TO_PRODUCE.format(path=path, env=RESULTS_ENV))
         st.stop()
     return index
@@ -119,8 +120,7 @@ def loaded_results(window: dict[str, list[str]]) -> LoadedResults:
     key = tuple((m, tuple(shas)) for m, shas in sorted(window.items()))
     path, mtime = _key()
     loaded = _load(path, mtime, key)
-    _show_problems(_index(path, mtime).problems + loaded.problems,
-                   expanded=loaded.table.empty)
+    _show_problems(loaded.problems, expanded=loaded.table.empty)
     if loaded.table.empty:
         st.info(HOW_TO_PRODUCE.format(path=path, env=RESULTS_ENV))
         st.stop()
@@ -134,7 +134,7 @@ def _show_problems(problems: list[str], expanded: bool) -> None:
         f"⚠️ {len(problems)} problem(s) reading `{results_dir()}`: the rest is shown",
         expanded=expanded,
     ):
-        for problem in dict.fromkeys(problems):
+        for problem in problems:
             st.markdown(f"- `{problem}`")
 
 
