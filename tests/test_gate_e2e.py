@@ -108,7 +108,7 @@ def _clone_with_working_tree(dest: Path, env: dict) -> str:
 def _measure(clone: Path, sha: str, results: Path, env: dict) -> None:
     """The two benchmarks, for real, on one commit (benchmarks/run.py --same)."""
     runs = [
-        ["--bench", SPEED, "--record-samples"],  # 5 timing samples: Mann-Whitney
+        ["--bench", SPEED],  # 5 timing samples (run.py records them): Mann-Whitney
         ["--bench", NUMERICS, "--quick"],  # one trial per family: a rate is a rate
     ]
     for extra in runs:
