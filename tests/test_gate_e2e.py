@@ -23,7 +23,7 @@ that). The test checks the pipeline (real asv runs, loading, statistics, verdict
 codes); the GPU A/A measurement decides the production threshold.
 
 Cost: one interpreter speed grid (5 samples) and one quick numerics grid per commit, four
-commits: about 6 minutes on a busy two-core machine (the fixture prints its timing).
+commits: 3 to 6 minutes on a two-core machine, depending on what else runs there.
 """
 
 from __future__ import annotations
