@@ -419,12 +419,13 @@ def resources(loaded: LoadedResults, machine: str, commit: str) -> pd.DataFrame:
     The architecture is the row's ``arch`` parameter (static audit, cross-compiled) or
     else the machine's own GPU (live). ``limit``: the architecture's shared-memory opt-in
     maximum, its registers-per-thread maximum, or 0 for spills (any spill is worth
-    seeing); ``used`` = value ÷ limit; ``over`` = value > limit.
+    seeing); ``used`` = value ÷ limit; ``over`` = value > limit; ``config`` = the row's
+    parameters without the architecture.
     """
     rows = _rows(loaded, machine, commit)
     rows = rows[rows["metric"].isin(RESOURCE_METRICS)]
-    columns = ["metric", "label", "kernel", "arch", "source", "param_key", "value", "limit",
-               "used", "over", "status"]
+    columns = ["metric", "label", "kernel", "arch", "source", "config", "param_key", "value",
+               "limit", "used", "over", "status"]
     if rows.empty:
         return pd.DataFrame(columns=columns)
     own_arch = machine_arch(loaded.machines.get(machine, {}))
@@ -447,6 +448,8 @@ def resources(loaded: LoadedResults, machine: str, commit: str) -> pd.DataFrame:
             "kernel": params.get("kernel", r["benchmark"].rsplit(".", 1)[-1]),
             "arch": arch or "unknown",
             "source": "static" if static else "live",
+            # what tells the bars of one architecture apart (kernel, dtype, head_dim, ...)
+            "config": format_param_key({k: v for k, v in params.items() if k != "arch"}),
             "param_key": r["param_key"],
             "value": value,
             "limit": limit,

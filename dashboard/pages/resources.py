@@ -6,6 +6,7 @@ import streamlit as st
 
 from dashboard import state, views
 from safeattn.gpu_limits import ARCHS
+from safeattn.regress.metrics import METRICS
 
 st.title("Kernel resources")
 index = state.results_index()
@@ -20,29 +21,32 @@ if table.empty:
 
 over = table[table["over"]]
 if not over.empty:
-    st.error(f"{len(over)} kernel(s) exceed their architecture's limit.")
+    st.error(f"{len(over)} row(s) over their limit: the architecture's shared memory or "
+             "registers per thread, or any register spill.")
     st.dataframe(over, hide_index=True)
 else:
-    st.success("Every kernel fits its architecture's limits.")
+    st.success("Every kernel fits its architecture's limits, without spills.")
 
 for metric in views.RESOURCE_METRICS:
     rows = table[table["metric"] == metric]
     if rows.empty:
         continue
     st.subheader(rows["label"].iloc[0])
-    bars = alt.Chart(rows).mark_bar().encode(
-        x=alt.X("kernel:N", title=None),
-        y=alt.Y("value:Q", title=metric),
-        color=alt.Color("over:N", scale=alt.Scale(domain=[False, True],
-                                                  range=["#4c78a8", "#d62728"])),
-        tooltip=["kernel", "arch", "source", "value", "limit",
-                 alt.Tooltip("used:Q", format=".0%"), "param_key"],
+    # One chart per architecture (facet), the dashed rule at that architecture's limit.
+    bars = alt.Chart().mark_bar().encode(
+        x=alt.X("config:N", title=None, axis=alt.Axis(labelAngle=-40, labelLimit=220)),
+        y=alt.Y("value:Q", title=f"{metric} [{METRICS[metric].unit}]"),
+        color=alt.Color("over:N", title="over the limit",
+                        scale=alt.Scale(domain=[False, True], range=["#4c78a8", "#d62728"])),
+        # typed: the layers carry no data of their own to infer types from
+        tooltip=["kernel:N", "arch:N", "source:N", "config:N", "value:Q", "limit:Q",
+                 alt.Tooltip("used:Q", format=".0%")],
     )
-    limits = rows.dropna(subset=["limit"]).drop_duplicates("arch")
-    rule = alt.Chart(limits).mark_rule(color="black", strokeDash=[6, 3]).encode(
-        y="limit:Q", tooltip=["arch", "limit"]
+    rule = alt.Chart().mark_rule(color="black", strokeDash=[6, 3]).encode(
+        y="limit:Q", tooltip=["arch:N", "limit:Q"]
     )
-    chart = alt.layer(bars, rule, data=rows).facet(column=alt.Column("arch:N", title=None))
+    layers = [bars, rule] if rows["limit"].notna().any() else [bars]
+    chart = alt.layer(*layers, data=rows).facet(column=alt.Column("arch:N", title=None))
     st.altair_chart(chart)
 
 with st.expander("Architecture limits (safeattn.gpu_limits)"):
