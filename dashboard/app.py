@@ -19,10 +19,13 @@ import streamlit as st  # noqa: E402
 from dashboard import state  # noqa: E402
 from dashboard.views import PAGES  # noqa: E402
 
+# The page files live in app_pages/, not pages/: a pages/ folder next to the entry point
+# switches Streamlit's older file-based navigation on, and a first visit to /<page> would
+# then run that file without this script (no sidebar, no st.navigation titles).
 st.set_page_config(page_title="safeattn dashboard", layout="wide")
 navigation = st.navigation(
     [
-        st.Page(f"pages/{name}.py", title=title, url_path=name, default=name == "overview")
+        st.Page(f"app_pages/{name}.py", title=title, url_path=name, default=name == "overview")
         for name, title in PAGES.items()
     ]
 )

@@ -107,6 +107,7 @@ class PageCheck:
 
     url: str
     title: str  # the page's first heading
+    sidebar: str  # the sidebar's text (navigation and the results-directory field)
     exceptions: list[str]  # text of each Streamlit exception box
     png: bytes  # screenshot
 
@@ -188,6 +189,7 @@ class Chromium:
             f" return JSON.stringify({{content: q('h1').length + q('{EXCEPTION_SELECTOR}')"
             ".length, running: q('[data-testid=\"stStatusWidget\"]').length,"
             " title: (q('h1')[0] || {textContent: ''}).textContent,"
+            " sidebar: (q('[data-testid=\"stSidebar\"]')[0] || {innerText: ''}).innerText,"
             f" exceptions: Array.from(q('{EXCEPTION_SELECTOR}')).map(e => e.innerText)}}); }})()"
         )
         deadline = time.monotonic() + timeout
@@ -207,7 +209,8 @@ class Chromium:
                                    f"(last state {state})")
             time.sleep(0.25)
         png = base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"])
-        return PageCheck(url=url, title=state["title"], exceptions=state["exceptions"], png=png)
+        return PageCheck(url=url, title=state["title"], sidebar=state["sidebar"],
+                         exceptions=state["exceptions"], png=png)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

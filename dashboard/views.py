@@ -31,7 +31,7 @@ from safeattn.regress.metrics import (
 )
 from safeattn.regress.results import LoadedResults, format_param_key
 
-# The app's pages: URL path (and file pages/<name>.py) -> navigation title.
+# The app's pages: URL path (and file app_pages/<name>.py) -> navigation title.
 PAGES: dict[str, str] = {
     "overview": "Overview",
     "history": "History",

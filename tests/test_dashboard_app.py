@@ -64,7 +64,7 @@ def run_page(results_dir: Path, page: str, query: dict | None = None) -> AppTest
     at.query_params.update(query or {})
     at.run()
     if page != "overview":
-        at.switch_page(f"pages/{page}.py")
+        at.switch_page(f"app_pages/{page}.py")
         at.query_params.update(query or {})
         at.run()
     assert not at.exception, f"{page}: {[e.value for e in at.exception]}"

@@ -60,6 +60,11 @@ def test_every_page_loads_in_chromium(
                 assert seen.title, f"{name}: no heading"
                 assert seen.png.startswith(b"\x89PNG") and len(seen.png) > 10_000
                 assert title.lower() in seen.title.lower(), seen.title
+                # st.navigation drew the sidebar: every page's title and the results field
+                # (a direct visit to /<page> must not bypass the entry point)
+                for other in PAGES.values():
+                    assert other in seen.sidebar, f"{name}: {other!r} not in the sidebar"
+                assert "asv results directory" in seen.sidebar, seen.sidebar
 
 
 def test_the_check_catches_an_exception_box(chromium: str, tmp_path: Path) -> None:

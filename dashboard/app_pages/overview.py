@@ -23,7 +23,7 @@ for h in health:
     )
     if h.parent is not None:
         st.page_link(
-            "pages/compare.py", label="Open this pair on the compare page",
+            "app_pages/compare.py", label="Open this pair on the compare page",
             icon=":material/compare_arrows:",
             query_params={"machine": h.machine, "base": h.parent[:12], "head": h.head[:12]},
         )
