@@ -47,6 +47,7 @@ class ResultsIndex:
     root: Path
     files: pd.DataFrame
     problems: list[str] = field(default_factory=list)
+    _labels: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
 
     def machines(self) -> list[str]:
         return sorted(set(self.files["machine"]))
@@ -62,10 +63,13 @@ class ResultsIndex:
 
     def label(self, machine: str, sha: str) -> str:
         """``"1a2b3c4d · 2026-11-21 12:00"`` for select boxes."""
-        rows = self.files[(self.files["machine"] == machine) & (self.files["commit"] == sha)]
-        if rows.empty:
-            return sha[:8]
-        return f"{sha[:8]} · {rows['date'].iloc[0]:%Y-%m-%d %H:%M}"
+        if machine not in self._labels:  # once per machine: a select box asks per option
+            rows = self.files[self.files["machine"] == machine].drop_duplicates("commit")
+            self._labels[machine] = {
+                c: f"{c[:8]} · {d:%Y-%m-%d %H:%M}"
+                for c, d in zip(rows["commit"], rows["date"], strict=True)
+            }
+        return self._labels[machine].get(sha, sha[:8])
 
 
 def index_results(results_dir: str | Path) -> ResultsIndex:
@@ -126,12 +130,17 @@ def _complete(path: Path) -> bool:
         return False
 
 
-def load_commits(index: ResultsIndex, wanted: dict[str, list[str]]) -> LoadedResults:
+def load_commits(
+    index: ResultsIndex, wanted: dict[str, list[str]], benchmarks: set[str] | None = None
+) -> LoadedResults:
     """Load only the result files of ``wanted`` (machine -> full shas) with the one loader.
 
     Machines missing from ``wanted`` are left out entirely. Per machine the view keeps
     ``machine.json`` and the environment sidecars that belong to a wanted commit (a sha in
-    their name) or to no commit in particular.
+    their name) or to no commit in particular. With ``benchmarks``, each result file is
+    copied with only those benchmarks' rows (a long history of one metric then loads a
+    small part of each file); a file that does not parse is linked as it is, for the
+    loader to report.
     """
     root = index.root.resolve()
     view = Path(tempfile.mkdtemp(prefix="safeattn-dashboard-view-"))
@@ -142,7 +151,8 @@ def load_commits(index: ResultsIndex, wanted: dict[str, list[str]]) -> LoadedRes
         for machine, shas in wanted.items():
             (view / machine).mkdir()
             chosen = files[(files["machine"] == machine) & files["commit"].isin(shas)]
-            links = set(chosen["path"])
+            result_files = set(chosen["path"])
+            links = set(result_files)
             for path in (root / machine).glob("*.json"):
                 if _RESULT_FILE.match(path.name):
                     continue
@@ -150,10 +160,36 @@ def load_commits(index: ResultsIndex, wanted: dict[str, list[str]]) -> LoadedRes
                 if not named or any(s in shas for s in named):
                     links.add(f"{machine}/{path.name}")
             for rel in links:
-                os.symlink(root / rel, view / rel)
+                subset = benchmarks is not None and rel in result_files
+                if not (subset and _write_subset(root / rel, view / rel, benchmarks)):
+                    os.symlink(root / rel, view / rel)
         return load_results(view)
     finally:
         _remove_view(view)
+
+
+def _write_subset(source: Path, target: Path, benchmarks: set[str]) -> bool:
+    """Copy an asv result file keeping only ``benchmarks`` (False if it does not parse)."""
+    try:
+        with open(source, encoding="utf-8") as f:
+            content = json.load(f)
+        content["results"] = {k: v for k, v in content["results"].items() if k in benchmarks}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+    target.write_text(json.dumps(content), encoding="utf-8")
+    return True
+
+
+def benchmark_names(root: str | Path) -> list[str]:
+    """Benchmark names that ``benchmarks.json`` describes ([] if it is absent or bad)."""
+    try:
+        with open(Path(root) / "benchmarks.json", encoding="utf-8") as f:
+            content = json.load(f)
+    except (OSError, ValueError):
+        return []
+    if not isinstance(content, dict):
+        return []
+    return sorted(k for k, v in content.items() if isinstance(v, dict))
 
 
 def _remove_view(view: Path) -> None:

@@ -12,10 +12,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pandas as pd
 import streamlit as st
 
 from dashboard import data, views
-from safeattn.regress.compare import Policy, load_policy
+from safeattn.regress.compare import Policy, compare, load_policy
 from safeattn.regress.results import LoadedResults, results_mtime
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -70,8 +71,10 @@ def _index(path: str, mtime: float) -> data.ResultsIndex:
 
 
 @st.cache_resource(show_spinner="Loading asv results…", max_entries=16)
-def _load(path: str, mtime: float, window: Window) -> LoadedResults:
-    return data.load_commits(_index(path, mtime), {m: list(shas) for m, shas in window})
+def _load(path: str, mtime: float, window: Window,
+          benchmarks: tuple[str, ...] | None = None) -> LoadedResults:
+    return data.load_commits(_index(path, mtime), {m: list(shas) for m, shas in window},
+                             set(benchmarks) if benchmarks is not None else None)
 
 
 @st.cache_resource(max_entries=1)
@@ -114,17 +117,51 @@ def results_index() -> data.ResultsIndex:
     return index
 
 
-def loaded_results(window: dict[str, list[str]]) -> LoadedResults:
-    """The results of the commits in ``window`` (machine -> full shas), after telling the
-    reader about unreadable files; stops the page when nothing loads."""
-    key = tuple((m, tuple(shas)) for m, shas in sorted(window.items()))
+def _window_key(window: dict[str, list[str]]) -> Window:
+    return tuple((m, tuple(shas)) for m, shas in sorted(window.items()))
+
+
+def loaded_results(
+    window: dict[str, list[str]], benchmarks: list[str] | None = None
+) -> LoadedResults:
+    """The results of the commits in ``window`` (machine -> full shas), only of
+    ``benchmarks`` if given, after telling the reader about unreadable files; stops the
+    page when nothing loads."""
+    key = _window_key(window)
     path, mtime = _key()
-    loaded = _load(path, mtime, key)
+    loaded = _load(path, mtime, key, tuple(sorted(benchmarks)) if benchmarks else None)
     _show_problems(loaded.problems, expanded=loaded.table.empty)
     if loaded.table.empty:
         st.info(HOW_TO_PRODUCE.format(path=path, env=RESULTS_ENV))
         st.stop()
     return loaded
+
+
+@st.cache_resource(show_spinner="Comparing…", max_entries=32)
+def _compared(path: str, mtime: float, window: Window, machine: str, base: str,
+              head: str) -> pd.DataFrame:
+    return compare(_load(path, mtime, window), base, head, machine, policy())
+
+
+def compared(window: dict[str, list[str]], machine: str, base: str, head: str) -> pd.DataFrame:
+    """:func:`safeattn.regress.compare.compare` of two loaded commits, cached (a widget
+    change on the compare page must not recompute it)."""
+    return _compared(*_key(), _window_key(window), machine, base, head)
+
+
+@st.cache_resource(show_spinner="Judging each commit against its parent…", max_entries=32)
+def _history_verdicts(path: str, mtime: float, window: Window, benchmark: str,
+                      machines: tuple[str, ...], filters: tuple) -> pd.DataFrame:
+    loaded = _load(path, mtime, window, (benchmark,))
+    rows = views.history(loaded, benchmark, list(machines), dict(filters))
+    return views.history_verdicts(loaded, rows, policy())
+
+
+def history_verdicts(window: dict[str, list[str]], benchmark: str, machines: list[str],
+                     filters: dict[str, list]) -> pd.DataFrame:
+    """:func:`views.history_verdicts` of what the history page shows, cached."""
+    frozen = tuple(sorted((k, tuple(v)) for k, v in filters.items()))
+    return _history_verdicts(*_key(), _window_key(window), benchmark, tuple(machines), frozen)
 
 
 def _show_problems(problems: list[str], expanded: bool) -> None:

@@ -27,6 +27,7 @@ from safeattn.regress.metrics import (
     METRICS,
     OWN_IMPL,
     attention_flops,
+    metric_for,
     tflops,
 )
 from safeattn.regress.results import LoadedResults, format_param_key
@@ -182,6 +183,18 @@ def benchmarks(loaded: LoadedResults) -> list[str]:
     order = {m: i for i, m in enumerate(METRICS)}
     metric_of = dict(zip(loaded.table["benchmark"], loaded.table["metric"], strict=False))
     return sorted(names, key=lambda b: (order.get(metric_of.get(b), len(order)), b))
+
+
+def benchmark_labels_from_names(names: list[str]) -> dict[str, str]:
+    """Benchmark name -> its metric label, registry metrics first (as :func:`benchmarks`)."""
+    order = {m: i for i, m in enumerate(METRICS)}
+
+    def metric(b: str) -> str | None:
+        m = metric_for(b)
+        return m.name if m else None
+
+    ranked = sorted(names, key=lambda b: (order.get(metric(b), len(order)), b))
+    return {b: metric_label(metric(b), b) for b in ranked}
 
 
 def benchmark_labels(loaded: LoadedResults) -> dict[str, str]:

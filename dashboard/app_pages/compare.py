@@ -4,7 +4,7 @@ significance and verdicts (the same comparison and policy the gate uses)."""
 import streamlit as st
 
 from dashboard import state, views
-from safeattn.regress.compare import VERDICTS, compare
+from safeattn.regress.compare import VERDICTS
 
 st.title("Compare two commits")
 index = state.results_index()
@@ -18,10 +18,11 @@ base = state.commit_select(
 if base == head:
     st.info("Pick two different commits (this machine may have results for one commit only).")
     st.stop()
-loaded = state.loaded_results({machine: [base, head]})
+window = {machine: [base, head]}
+state.loaded_results(window)  # reports unreadable files, stops if nothing loads
 
 try:
-    comparison = compare(loaded, base, head, machine, state.policy())
+    comparison = state.compared(window, machine, base, head)
 except Exception as exc:  # a bug or odd data in one pair must not take the page down
     st.error(f"Comparing `{views.short(base)}` → `{views.short(head)}` failed: {exc!r}")
     st.stop()

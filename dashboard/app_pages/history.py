@@ -4,7 +4,7 @@ regression points and change markers on the chart and commit hashes in the toolt
 import altair as alt
 import streamlit as st
 
-from dashboard import state, views
+from dashboard import data, state, views
 
 st.title("History")
 index = state.results_index()
@@ -14,12 +14,16 @@ machine_names = state.url_multiselect("Machines (GPUs)", index.machines(), "mach
 machine_names = machine_names or index.machines()
 # Only the newest commits are loaded: a long history costs a load per commit.
 last_n = state.url_int("Newest commits per machine", "last", 50, 2, 5000, container=c2)
-loaded = state.loaded_results({m: index.newest(m, last_n) for m in machine_names})
-
-labels = views.benchmark_labels(loaded)
+labels = views.benchmark_labels_from_names(data.benchmark_names(index.root))
+if not labels:  # no usable benchmarks.json: take the names from the newest results
+    newest = state.loaded_results({m: index.newest(m, 1) for m in machine_names})
+    labels = views.benchmark_labels(newest)
 benchmark = state.url_select(
     "Benchmark", list(labels), "benchmark", format_func=lambda b: f"{b} — {labels[b]}"
 )
+window = {m: index.newest(m, last_n) for m in machine_names}
+# Only this benchmark's rows are loaded: a long history then stays quick.
+loaded = state.loaded_results(window, benchmarks=[benchmark])
 
 rows_of_benchmark = loaded.table[loaded.table["benchmark"] == benchmark]
 options = views.filter_options(rows_of_benchmark)
@@ -71,7 +75,7 @@ if y_field == "value" and not band.empty:
 
 verdicts = None
 if want_verdicts:
-    verdicts = views.history_verdicts(loaded, rows, state.policy())
+    verdicts = state.history_verdicts(window, benchmark, machine_names, filters)
     marked = verdicts[verdicts["verdict"].isin(["regression", "failure", "improvement"])]
     if not marked.empty:
         points = rows.merge(marked[["machine", "commit", "param_key", "verdict", "reason"]],
