@@ -14,6 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -86,7 +87,7 @@ def test_index_orders_commits_like_the_loader(sample_dir: Path, sample) -> None:
 def test_a_window_loads_exactly_the_chosen_commits(sample_dir: Path, sample) -> None:
     index = data.index_results(sample_dir)
     machine = MACHINES[1]
-    _, head = shas(sample, machine)
+    base, head = shas(sample, machine)
     part = data.load_commits(index, {machine: [head]})
     assert set(part.table["machine"]) == {machine}
     assert set(part.table["commit"]) == {head}
@@ -97,6 +98,13 @@ def test_a_window_loads_exactly_the_chosen_commits(sample_dir: Path, sample) -> 
         whole.set_index(key)["value"].sort_index()
     )
     assert not part.problems
+    # one benchmark only (the history page): the same rows of that benchmark
+    one = data.load_commits(index, {machine: [base, head]}, benchmarks={FORWARD})
+    assert set(one.table["benchmark"]) == {FORWARD}
+    assert set(one.table["commit"]) == {base, head}
+    both = t[(t["machine"] == machine) & (t["benchmark"] == FORWARD)]
+    assert len(one.table) == len(both)
+    assert sorted(one.table["value"]) == sorted(both["value"])
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -130,17 +138,11 @@ def test_overview_flags_the_planted_regression(sample_dir: Path, sample) -> None
         metrics.setdefault(m.label, []).append(int(m.value))
     assert all(n > 0 for n in metrics["regression"]), metrics
     assert all(n > 0 for n in metrics["failure"]), metrics
-    shown = pd_concat(at.dataframe)
+    shown = pd.concat([d.value for d in at.dataframe], ignore_index=True)
     regressed = shown[shown["benchmark"] == FORWARD]
     assert not regressed.empty
     assert (regressed["param_key"].str.contains("impl=safeattn")).all()
     assert (regressed["ratio"] > 2).all()  # the planted commit repeats the work 4x
-
-
-def pd_concat(dataframes):
-    import pandas as pd
-
-    return pd.concat([d.value for d in dataframes], ignore_index=True)
 
 
 def test_compare_gives_the_gates_verdicts(sample_dir: Path, sample) -> None:
@@ -207,8 +209,6 @@ def test_history_marks_the_regression_commit(sample_dir: Path, sample) -> None:
 
 
 def test_tflops_follow_the_design_flop_count() -> None:
-    import pandas as pd
-
     rows = pd.DataFrame({
         "metric": ["forward_ms", "forward_ms"], "suite": "tiny.Suite", "value": [1.0, 2.0],
         "batch": [1, 1],
