@@ -15,6 +15,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test,bench,dashboard]'
 	touch $(STAMP)
 
+# The main job: benchmark this machine (the full suite on a GPU, the CPU-capable part
+# otherwise) into results/, beside the GPU history already there, then serve the dashboard.
+demo: $(STAMP)
+	@echo "[demo] benchmarking this machine's HEAD into results/ (progress below)"
+	$(BIN)/python benchmarks/run.py
+	@echo "[demo] dashboard on http://localhost:8501 (Ctrl-C stops it)"
+	SAFEATTN_RESULTS=$(CURDIR)/results $(BIN)/python -m streamlit run dashboard/app.py \
+	  --server.port=8501 --server.headless=true --browser.gatherUsageStats=false
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
