@@ -11,8 +11,6 @@ import itertools
 import json
 import sys
 
-import torch
-
 
 def broad(kernel: str) -> list:
     from safeattn.kernels.configs import KernelConfig
@@ -35,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
+
+    import torch
 
     import safeattn
     from safeattn.kernels import configs, launch

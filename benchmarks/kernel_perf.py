@@ -5,6 +5,8 @@ FlexAttention, measured in the same process (GPU only; not an asv suite).
 
 bf16, B·N = 16384 tokens, H·D = 2048 (DESIGN.md's grid). Median of CUDA-event timings
 (``triton.testing.do_bench``); warm-up and autotuning happen before the timed region.
+Nothing is imported at module level beyond the standard library: asv imports every module
+of this folder when it discovers benchmarks, in environments that may lack torch.
 Backward is timed as ``torch.autograd.grad`` of a kept forward graph.
 """
 
@@ -14,10 +16,9 @@ import argparse
 import json
 import sys
 
-import torch
-
 
 def _peers():
+    import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     sdpa = torch.nn.functional.scaled_dot_product_attention
@@ -64,6 +65,7 @@ def _peers():
 
 def measure(fn, q, k, v, causal: bool) -> tuple[float, float]:
     """(forward ms, backward ms), medians."""
+    import torch
     from triton.testing import do_bench
 
     out = fn(q, k, v, causal)  # warm-up / autotune / compile
@@ -81,6 +83,8 @@ def measure(fn, q, k, v, causal: bool) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import torch
+
     import safeattn
     from safeattn.regress.metrics import attention_flops, tflops
 
