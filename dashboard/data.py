@@ -180,18 +180,6 @@ def _write_subset(source: Path, target: Path, benchmarks: set[str]) -> bool:
     return True
 
 
-def benchmark_names(root: str | Path) -> list[str]:
-    """Benchmark names that ``benchmarks.json`` describes ([] if it is absent or bad)."""
-    try:
-        with open(Path(root) / "benchmarks.json", encoding="utf-8") as f:
-            content = json.load(f)
-    except (OSError, ValueError):
-        return []
-    if not isinstance(content, dict):
-        return []
-    return sorted(k for k, v in content.items() if isinstance(v, dict))
-
-
 def _remove_view(view: Path) -> None:
     for dirpath, _, filenames in os.walk(view, topdown=False):
         for name in filenames:

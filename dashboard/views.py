@@ -27,7 +27,6 @@ from safeattn.regress.metrics import (
     METRICS,
     OWN_IMPL,
     attention_flops,
-    metric_for,
     tflops,
 )
 from safeattn.regress.results import LoadedResults, format_param_key
@@ -183,18 +182,6 @@ def benchmarks(loaded: LoadedResults) -> list[str]:
     order = {m: i for i, m in enumerate(METRICS)}
     metric_of = dict(zip(loaded.table["benchmark"], loaded.table["metric"], strict=False))
     return sorted(names, key=lambda b: (order.get(metric_of.get(b), len(order)), b))
-
-
-def benchmark_labels_from_names(names: list[str]) -> dict[str, str]:
-    """Benchmark name -> its metric label, registry metrics first (as :func:`benchmarks`)."""
-    order = {m: i for i, m in enumerate(METRICS)}
-
-    def metric(b: str) -> str | None:
-        m = metric_for(b)
-        return m.name if m else None
-
-    ranked = sorted(names, key=lambda b: (order.get(metric(b), len(order)), b))
-    return {b: metric_label(metric(b), b) for b in ranked}
 
 
 def benchmark_labels(loaded: LoadedResults) -> dict[str, str]:
@@ -375,10 +362,13 @@ def peer_ratios(loaded: LoadedResults, machine: str, commit: str) -> pd.DataFram
     ``ratio`` = how many times worse safeattn is than the peer in the metric's own
     direction (> 1 = safeattn worse; for a time, safeattn time ÷ peer time), and
     ``speedup`` = 1 / ratio. ``shape`` is the param_key without the impl parameter.
+    Safety rates (must be 0) are left to :func:`numerics`.
     """
     rows = _rows(loaded, machine, commit)
     rows = rows[rows["status"] == "ok"]
     rows = rows[rows["params"].map(lambda p: IMPL_PARAM in p) & rows["better"].notna()]
+    # Rates that must be 0 have no meaningful ratio (0 ÷ 0): the numerics page shows them.
+    rows = rows[~rows["metric"].isin(SAFETY_METRICS)]
     columns = ["machine", "benchmark", "metric", "unit", "better", "shape", "peer",
                "safeattn_value", "peer_value", "ratio", "speedup"]
     if rows.empty:

@@ -4,7 +4,7 @@ regression points and change markers on the chart and commit hashes in the toolt
 import altair as alt
 import streamlit as st
 
-from dashboard import data, state, views
+from dashboard import state, views
 
 st.title("History")
 index = state.results_index()
@@ -14,10 +14,10 @@ machine_names = state.url_multiselect("Machines (GPUs)", index.machines(), "mach
 machine_names = machine_names or index.machines()
 # Only the newest commits are loaded: a long history costs a load per commit.
 last_n = state.url_int("Newest commits per machine", "last", 50, 2, 5000, container=c2)
-labels = views.benchmark_labels_from_names(data.benchmark_names(index.root))
-if not labels:  # no usable benchmarks.json: take the names from the newest results
-    newest = state.loaded_results({m: index.newest(m, 1) for m in machine_names})
-    labels = views.benchmark_labels(newest)
+# Offer the benchmarks that the newest commits measured (benchmarks.json also lists
+# suites that other machines run).
+newest = state.loaded_results({m: index.newest(m, 1) for m in machine_names})
+labels = views.benchmark_labels(newest)
 benchmark = state.url_select(
     "Benchmark", list(labels), "benchmark", format_func=lambda b: f"{b} — {labels[b]}"
 )

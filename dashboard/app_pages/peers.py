@@ -1,6 +1,7 @@
 """Peers: safeattn against each peer implementation as ratios per shape, per GPU."""
 
 import altair as alt
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -35,6 +36,9 @@ rows = ratios[ratios["benchmark"] == benchmark]
 peers = sorted(rows["peer"].unique())
 chosen = state.url_multiselect("Peers", peers, "peers") or peers
 rows = rows[rows["peer"].isin(chosen)]
+# Colour by log2 of the ratio, clipped: symmetric around 1 and safe for 0 or inf ratios.
+with np.errstate(divide="ignore"):
+    rows = rows.assign(log2_ratio=np.log2(rows["ratio"].astype(float)).clip(-4, 4))
 
 heat = (
     alt.Chart(rows)
@@ -43,8 +47,8 @@ heat = (
         x=alt.X("peer:N", title="peer"),
         y=alt.Y("shape:N", title=None, axis=alt.Axis(labelLimit=500)),
         color=alt.Color(
-            "ratio:Q", title="safeattn ÷ peer",
-            scale=alt.Scale(scheme="redyellowgreen", reverse=True, domainMid=1.0, type="log"),
+            "log2_ratio:Q", title="log2(safeattn ÷ peer)",
+            scale=alt.Scale(scheme="redyellowgreen", reverse=True, domain=[-4, 4], domainMid=0),
         ),
         column=alt.Column("machine:N", title=None),
         tooltip=["machine", "commit", "shape", "peer",
