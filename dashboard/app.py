@@ -17,7 +17,7 @@ if _REPO_ROOT not in sys.path:
 import streamlit as st  # noqa: E402
 
 from dashboard import state  # noqa: E402
-from dashboard.views import PAGES  # noqa: E402
+from dashboard.views import DEFAULT_PAGE, PAGES  # noqa: E402
 
 # The page files live in app_pages/, not pages/: a pages/ folder next to the entry point
 # switches Streamlit's older file-based navigation on, and a first visit to /<page> would
@@ -25,7 +25,7 @@ from dashboard.views import PAGES  # noqa: E402
 st.set_page_config(page_title="safeattn dashboard", layout="wide")
 navigation = st.navigation(
     [
-        st.Page(f"app_pages/{name}.py", title=title, url_path=name, default=name == "overview")
+        st.Page(f"app_pages/{name}.py", title=title, url_path=name, default=name == DEFAULT_PAGE)
         for name, title in PAGES.items()
     ]
 )

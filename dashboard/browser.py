@@ -108,6 +108,7 @@ class PageCheck:
     url: str
     title: str  # the page's first heading
     sidebar: str  # the sidebar's text (navigation and the results-directory field)
+    dialogs: list[str]  # text of open dialogs (e.g. Streamlit's "Page not found")
     exceptions: list[str]  # text of each Streamlit exception box
     png: bytes  # screenshot
 
@@ -190,6 +191,7 @@ class Chromium:
             ".length, running: q('[data-testid=\"stStatusWidget\"]').length,"
             " title: (q('h1')[0] || {textContent: ''}).textContent,"
             " sidebar: (q('[data-testid=\"stSidebar\"]')[0] || {innerText: ''}).innerText,"
+            " dialogs: Array.from(q('[role=\"dialog\"]')).map(e => e.innerText),"
             f" exceptions: Array.from(q('{EXCEPTION_SELECTOR}')).map(e => e.innerText)}}); }})()"
         )
         deadline = time.monotonic() + timeout
@@ -210,7 +212,7 @@ class Chromium:
             time.sleep(0.25)
         png = base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"])
         return PageCheck(url=url, title=state["title"], sidebar=state["sidebar"],
-                         exceptions=state["exceptions"], png=png)
+                         dialogs=state["dialogs"], exceptions=state["exceptions"], png=png)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -18,7 +18,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from dashboard.browser import Chromium, serve, small_png  # noqa: E402
-from dashboard.views import PAGES  # noqa: E402
+from dashboard.views import PAGES, page_path  # noqa: E402
 
 # Per page, the query string of the view worth showing (shareable-view parameters).
 VIEWS: dict[str, str] = {"history": "impl=safeattn"}
@@ -39,11 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     with serve(args.results) as base, Chromium(width=args.width, height=args.height) as browser:
         for name in PAGES:
             query = VIEWS.get(name)
-            url = f"{base}/{name}" + (f"?{query}" if query else "")
+            url = f"{base}/{page_path(name)}" + (f"?{query}" if query else "")
             seen = browser.check_page(url)
-            if seen.exceptions:
-                print(f"{name}: the page shows an exception, no screenshots saved:\n"
-                      + "\n".join(seen.exceptions), file=sys.stderr)
+            if seen.exceptions or seen.dialogs:
+                print(f"{name}: the page shows an exception or a dialog, no screenshots "
+                      "saved:\n" + "\n".join(seen.exceptions + seen.dialogs), file=sys.stderr)
                 return 1
             shots[name] = small_png(seen.png, width=args.png_width)
     out.mkdir(parents=True, exist_ok=True)

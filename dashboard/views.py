@@ -31,7 +31,9 @@ from safeattn.regress.metrics import (
 )
 from safeattn.regress.results import LoadedResults, format_param_key
 
-# The app's pages: URL path (and file app_pages/<name>.py) -> navigation title.
+# The app's pages: URL path (and file app_pages/<name>.py) -> navigation title. The
+# default page is served at the app's root URL (Streamlit ignores its url_path).
+DEFAULT_PAGE = "overview"
 PAGES: dict[str, str] = {
     "overview": "Overview",
     "history": "History",
@@ -40,6 +42,13 @@ PAGES: dict[str, str] = {
     "resources": "Resources",
     "numerics": "Numerics",
 }
+
+
+def page_path(name: str) -> str:
+    """The URL path of a page: ``""`` for the default page, else its name."""
+    return "" if name == DEFAULT_PAGE else name
+
+
 # Time metrics and the pass whose FLOPs they time (for TFLOP/s).
 TIME_METRIC_PASSES: dict[str, str] = {
     "forward_ms": "forward",

@@ -21,7 +21,7 @@ if str(REPO) not in sys.path:
 
 from dashboard.browser import Chromium, find_chromium, serve  # noqa: E402
 from dashboard.sample_results import cached_sample_results  # noqa: E402
-from dashboard.views import PAGES  # noqa: E402
+from dashboard.views import PAGES, page_path  # noqa: E402
 
 pytestmark = pytest.mark.browser
 
@@ -53,9 +53,10 @@ def test_every_page_loads_in_chromium(
             assert r.status == 200 and r.read().decode().strip() == "ok"
         with Chromium(chromium) as browser:
             for name, title in PAGES.items():
-                seen = browser.check_page(f"{base}/{name}")
+                seen = browser.check_page(f"{base}/{page_path(name)}")
                 (shots / f"{name}.png").write_bytes(seen.png)
                 assert not seen.exceptions, f"{name}: {seen.exceptions}"
+                assert not seen.dialogs, f"{name}: {seen.dialogs}"  # e.g. "Page not found"
                 # the page really rendered (not a blank or an error screen)
                 assert seen.title, f"{name}: no heading"
                 assert seen.png.startswith(b"\x89PNG") and len(seen.png) > 10_000
