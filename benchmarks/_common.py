@@ -42,6 +42,29 @@ QUICK_ENV = "SAFEATTN_BENCH_QUICK"
 GRID_TIMEOUT_S = 1800
 
 
+def restore_pythonpath() -> list[str]:
+    """Put ``PYTHONPATH``'s entries back on ``sys.path`` (front, in order) when asv took them
+    off; returns the entries it restored.
+
+    Why: benchmarks/run.py exposes the machine's torch/triton to asv's virtualenv through
+    ``ASV_PYTHONPATH``. asv 0.6.6's ``Environment.run_executable`` turns that into the child's
+    ``PYTHONPATH`` and drops ``ASV_PYTHONPATH``; then its ``benchmark.py`` (discover,
+    setup_cache, run, run_server), seeing ``PYTHONPATH`` without ``ASV_PYTHONPATH``, removes
+    exactly those entries from ``sys.path`` (airspeed-velocity/asv#1463, #1537). Result:
+    ``No module named 'torch'`` in every benchmark process when torch lives in a venv or a
+    ``pip --target`` directory. ``os.environ`` still holds ``PYTHONPATH``, and this module is
+    imported by every suite before anything imports torch, so it undoes the removal here.
+    Where asv kept the entries (``--python=same``, a fixed asv) nothing changes.
+    """
+    entries = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    missing = [p for p in entries if p not in sys.path]
+    sys.path[:0] = missing
+    return missing
+
+
+restore_pythonpath()
+
+
 def _load_truth(relative: str, module_name: str):
     """Load one of the package's dependency-free single sources of truth by file path.
 

@@ -96,3 +96,61 @@ def asv_cpu_run(bench: tuple[str, ...] = ()) -> AsvRun:
     if len(machines) != 1:
         raise RuntimeError(f"expected one machine directory in {results}, got {machines}\n{log}")
     return AsvRun(results=results, machine=machines[0], commit=head, log=log, seconds=seconds)
+
+
+def torchless_python() -> str | None:
+    """An interpreter of this Python's version that cannot import torch (e.g. Debian's
+    /usr/bin/python3.11 beside a pyenv build), or None. A venv made from it, with torch in
+    the venv only, is the GPU machines' layout: asv's virtualenv, created with
+    ``--system-site-packages`` from the same base, then sees torch only through what
+    benchmarks/run.py passes in ``ASV_PYTHONPATH``."""
+    name = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    own = {os.path.realpath(sys.executable), os.path.realpath(sys._base_executable)}
+    dirs = [*os.environ.get("PATH", "").split(os.pathsep), "/usr/bin", "/usr/local/bin"]
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)"
+    for directory in dict.fromkeys(dirs):
+        candidate = shutil.which(name, path=directory)
+        if candidate is None or os.path.realpath(candidate) in own:
+            continue
+        checks = [[candidate, "-c", probe], [candidate, "-m", "venv", "--help"]]
+        if all(subprocess.run(c, capture_output=True).returncode == 0 for c in checks):
+            return candidate
+    return None
+
+
+@dataclass(frozen=True)
+class VenvLayout:
+    """A clone of this repository and a venv whose site-packages holds torch (a link to this
+    interpreter's), made from an interpreter without torch: see :func:`make_venv_layout`."""
+
+    clone: Path
+    python: Path  # the venv's interpreter
+    env: dict  # PATH starts with the venv's bin (asv picks its ``pythonX.Y`` there)
+
+
+def make_venv_layout(root: Path, base_python: str) -> VenvLayout:
+    """Build the GPU machines' layout under ``root`` in a few seconds, without a download:
+    ``base_python -m venv --without-pip``, its site-packages replaced by a link to the
+    directory that holds this interpreter's torch (and asv, triton, ...), and a ``git clone``
+    of this repository with the working tree's benchmarks/ and asv.conf.json copied over
+    (the suite under test; the package measured is the clone's HEAD)."""
+    import torch
+
+    venv = root / "venv"
+    subprocess.run([base_python, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+    site = site / "site-packages"
+    shutil.rmtree(site)
+    site.symlink_to(Path(torch.__file__).resolve().parent.parent, target_is_directory=True)
+    clone = root / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    shutil.rmtree(clone / "benchmarks")
+    shutil.copytree(
+        REPO / "benchmarks", clone / "benchmarks", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shutil.copy2(REPO / "asv.conf.json", clone / "asv.conf.json")
+    if (REPO / ".whl").is_dir():  # offline wheels for the benchmark virtualenv (run.py)
+        shutil.copytree(REPO / ".whl", clone / ".whl")
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "PYTHONPATH")}
+    env["PATH"] = os.pathsep.join([str(venv / "bin"), env.get("PATH", "")])
+    return VenvLayout(clone=clone, python=venv / "bin" / "python", env=env)
