@@ -96,6 +96,35 @@ def tracks_metric(method):
     return method
 
 
+# benchmarks/run.py names a file here and prints what the suites append to it while asv runs:
+# asv discards the output of a setup_cache that succeeds, and a GPU grid takes minutes.
+PROGRESS_ENV = "SAFEATTN_BENCH_PROGRESS"
+
+
+def progress(line: str) -> None:
+    """Report one step of a setup_cache: to stderr (asv shows it if the setup fails) and to
+    the progress file that benchmarks/run.py echoes as the run goes."""
+    print(line, file=sys.stderr, flush=True)
+    path = os.environ.get(PROGRESS_ENV)
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+# FlexAttention compiles a forward and a backward kernel per shape (torch.compile with
+# dynamic=False, as users run a fixed shape): the dearest part of a fresh machine's run. The
+# speed and memory grids measure it at these head dims only, so that one commit's GPU suites
+# fit one device call (benchmarks/speed.py, "Cost"); elsewhere it is NaN with this reason.
+FLEX_HEAD_DIMS = (128,)
+
+
+def pruned_reason(impl: str, head_dim: int) -> str | None:
+    """Why (impl, head_dim) is left out of the GPU speed/memory grids, or None."""
+    if impl == "flex" and head_dim not in FLEX_HEAD_DIMS:
+        return f"pruned: FlexAttention is measured at head_dim {FLEX_HEAD_DIMS} only (compile cost)"
+    return None
+
+
 def quick() -> bool:
     """True when the run was started in quick mode (fewer samples, same grid)."""
     return os.environ.get(QUICK_ENV, "") == "1"

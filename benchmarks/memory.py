@@ -17,7 +17,7 @@ A peer that cannot run a shape reports NaN with its error as the reason (see spe
 from __future__ import annotations
 
 import itertools
-import sys
+import time
 
 from ._common import (
     GRID_TIMEOUT_S,
@@ -28,6 +28,8 @@ from ._common import (
     impl_context,
     lookup,
     metrics,
+    progress,
+    pruned_reason,
     reason_of,
     require_cuda,
     tracks_metric,
@@ -67,15 +69,21 @@ class MemorySuite:
         import torch
 
         measured: dict = {}
+        grid_start = time.perf_counter()
         for combo in itertools.product(*self.params):
+            start = time.perf_counter()
+            reason = pruned_reason(combo[0], combo[2])
             try:
+                if reason is not None:
+                    raise NotImplementedError(reason)
                 measured[combo] = _peak_extra_bytes(*combo)
                 summary = f"{measured[combo] / 2**20:.1f} MiB"
             except Exception as exc:  # one impl/shape failing must not lose the others
                 measured[combo] = Missing(reason_of(exc))
                 summary = f"not measured: {reason_of(exc)}"
-            print(f"[memory] {combo}: {summary}", file=sys.stderr, flush=True)
+            progress(f"[memory] {combo}: {summary} ({time.perf_counter() - start:.1f} s)")
             torch.cuda.empty_cache()
+        progress(f"[memory] grid measured in {time.perf_counter() - grid_start:.0f} s")
         return measured
 
     @tracks_metric

@@ -24,7 +24,7 @@ tests/test_asv_suite.py checks that these names match the package's.
 from __future__ import annotations
 
 import itertools
-import sys
+import time
 
 from ._common import (
     GRID_TIMEOUT_S,
@@ -35,6 +35,7 @@ from ._common import (
     impl_context,
     lookup,
     metrics,
+    progress,
     quick,
     reason_of,
     require_cuda,
@@ -57,6 +58,11 @@ DTYPES = ["float16", "bfloat16"]
 GPU_IMPLS = [metrics.OWN_IMPL, *metrics.PEERS]
 CPU_IMPLS = [metrics.OWN_IMPL, "sdpa_math"]
 RATES = ("nonfinite_rate", "wrong_result_rate", "max_rel_error")
+# Trials per (family, impl, dtype). GPU: one, at the families' realistic "gpu" size; two took
+# 380 s for the grid on an H200 (first real run, commit ed3fc95, cold caches), most of a
+# device call. CPU: two at the "small" size (one in quick mode).
+GPU_TRIALS = 1
+CPU_TRIALS = 2
 
 
 def _impl(name: str):
@@ -113,7 +119,9 @@ def _measure(grid: list, device: str, size: str, trials: int, tag: str) -> dict:
     from safeattn import families
 
     measured: dict = {}
+    grid_start = time.perf_counter()
     for family, impl, dtype in itertools.product(*grid):
+        start = time.perf_counter()
         try:
             with impl_context(impl):
                 values = families.rates(family, _impl(impl), dtype_of(dtype), device, trials, size)
@@ -122,7 +130,9 @@ def _measure(grid: list, device: str, size: str, trials: int, tag: str) -> dict:
         except Exception as exc:  # a peer refusing a case, or a commit lacking a family
             measured[(family, impl, dtype)] = Missing(reason_of(exc))
             summary = f"not measured: {reason_of(exc)}"
-        print(f"[{tag}] {family} {impl} {dtype}: {summary}", file=sys.stderr, flush=True)
+        seconds = time.perf_counter() - start
+        progress(f"[{tag}] {family} {impl} {dtype}: {summary} ({seconds:.1f} s)")
+    progress(f"[{tag}] grid measured in {time.perf_counter() - grid_start:.0f} s")
     return measured
 
 
@@ -135,7 +145,7 @@ class NumericsSuite:
 
     def setup_cache(self) -> dict:
         require_cuda()
-        return _measure(self.params, "cuda", "gpu", 1 if quick() else 2, "numerics")
+        return _measure(self.params, "cuda", "gpu", GPU_TRIALS, "numerics")
 
     @tracks_metric
     def track_nonfinite_rate(self, cache, *combo):
@@ -163,7 +173,7 @@ class InterpreterNumericsSuite:
 
     def setup_cache(self) -> dict:
         use_interpreter()
-        return _measure(self.params, "cpu", "small", 1 if quick() else 2, "numerics-cpu")
+        return _measure(self.params, "cpu", "small", 1 if quick() else CPU_TRIALS, "numerics-cpu")
 
     @tracks_metric
     def track_nonfinite_rate(self, cache, *combo):

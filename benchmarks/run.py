@@ -49,6 +49,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -147,12 +148,20 @@ def git(*args: str) -> str:
     ).stdout.strip()
 
 
-def asv(args: list[str], env: dict, config: Path) -> None:
+def asv(args: list[str], env: dict, config: Path) -> int:
+    """Run asv with ``args``; echo the suites' progress file as it grows; exit status."""
     cmd = [sys.executable, "-m", "asv", *args, "--config", str(config)]
     log("$ " + " ".join(cmd))
-    result = subprocess.run(cmd, cwd=REPO, env=env)
-    if result.returncode != 0:
-        raise SystemExit(f"[run] asv exited with status {result.returncode}")
+    progress = Path(env[PROGRESS_ENV]) if PROGRESS_ENV in env else None
+    offset = progress.stat().st_size if progress and progress.exists() else 0
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env)
+    while proc.poll() is None:
+        time.sleep(0.5)
+        if progress is not None:
+            offset = echo_progress(progress, offset)
+    if progress is not None:
+        echo_progress(progress, offset)
+    return proc.returncode
 
 
 def write_config(results: Path, workdir: Path) -> Path:
@@ -262,13 +271,109 @@ def write_sidecars(results: Path, machine: str, started: float, info: dict) -> l
     return written
 
 
+# Every suite with the name prefix its benchmarks share. Selections are anchored (asv -b is
+# re.search: a bare "NumericsSuite" also matches InterpreterNumericsSuite). The order is the
+# order a run measures them in: GPU suites first, cheapest first, so that a time budget
+# (--budget-s) cuts the most expensive one; CPU-capable suites after them.
+SUITES: dict[str, str] = {
+    "LiveResourcesSuite": "resources.LiveResourcesSuite.",
+    "SpeedSuite": "speed.SpeedSuite.",
+    "MemorySuite": "memory.MemorySuite.",
+    "NumericsSuite": "numerics.NumericsSuite.",
+    "StaticAuditSuite": "resources.StaticAuditSuite.",
+    "InterpreterSpeedSuite": "speed.InterpreterSpeedSuite.",
+    "InterpreterNumericsSuite": "numerics.InterpreterNumericsSuite.",
+}
+GROUPS: dict[str, tuple[str, ...]] = {
+    # Need a CUDA GPU (pruned from the grid without one: benchmarks/_common.py).
+    "gpu": ("LiveResourcesSuite", "SpeedSuite", "MemorySuite", "NumericsSuite"),
+    # Run anywhere; their figures do not depend on the GPU (the static audit cross-compiles
+    # for every architecture), so a CPU machine can record them for every commit.
+    "cpu": ("StaticAuditSuite", "InterpreterSpeedSuite", "InterpreterNumericsSuite"),
+}
+PROGRESS_ENV = "SAFEATTN_BENCH_PROGRESS"  # read by benchmarks/_common.py
+
+
+def suite_regex(suite: str) -> str:
+    """The anchored asv ``-b`` regex of exactly one suite: ``^speed\\.SpeedSuite\\.``."""
+    return "^" + re.escape(SUITES[suite])
+
+
+def expand_suites(names: list[str], gpu: bool) -> list[str]:
+    """Suite and group names -> suites in :data:`SUITES` order; default: all this machine has."""
+    if not names:
+        names = ["gpu", "cpu"] if gpu else ["cpu"]
+    chosen = set()
+    for name in names:
+        chosen.update(GROUPS.get(name, (name,)))
+    if not gpu and chosen & set(GROUPS["gpu"]):
+        raise SystemExit(
+            f"[run] {', '.join(sorted(chosen & set(GROUPS['gpu'])))} need a usable CUDA GPU, "
+            "and this machine has none.\nHINT: --suite cpu, or run on a GPU machine."
+        )
+    return [s for s in SUITES if s in chosen]
+
+
+def measured_suites(results: Path, machine: str, commit: str) -> set[str]:
+    """Suites with at least one result for ``commit`` on ``machine`` (asv writes a suite's
+    results together, at the end of its ``asv run``, so one means the suite ran)."""
+    done: set[str] = set()
+    for path in (results / machine).glob(f"{commit[:8]}-*.json"):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("commit_hash") != commit:
+            continue
+        names = data.get("results", {})
+        done.update(s for s, prefix in SUITES.items() if any(n.startswith(prefix) for n in names))
+    return done
+
+
+def echo_progress(path: Path, offset: int) -> int:
+    """Print the complete lines the suites appended to the progress file since ``offset``
+    (asv shows a setup_cache's output only when it fails); returns the new offset."""
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            chunk = f.read()
+    except OSError:
+        return offset
+    complete = chunk[: chunk.rfind(b"\n") + 1]
+    if complete:
+        sys.stdout.write(complete.decode(errors="replace"))
+        sys.stdout.flush()
+    return offset + len(complete)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--range", help="commits to measure: A..B, or one revision (HEAD)")
     parser.add_argument("--same", action="store_true", help="no build: import from worktrees")
     parser.add_argument("--quick", action="store_true", help="fewer samples (checks, not data)")
-    parser.add_argument("--bench", "-b", action="append", default=[], help="asv -b regex")
-    parser.add_argument("--skip-existing", action="store_true", help="skip measured commits")
+    parser.add_argument(
+        "--suite",
+        "-s",
+        action="append",
+        default=[],
+        choices=[*SUITES, *GROUPS],
+        help="a suite or group (gpu, cpu) to measure, one asv run each (default: all here)",
+    )
+    parser.add_argument(
+        "--bench", "-b", action="append", default=[], help="asv -b regex (one asv run)"
+    )
+    parser.add_argument(
+        "--skip-existing", action="store_true", help="skip suites measured for a commit"
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=0.0,
+        help="start no suite after this many seconds (0: no limit); resume with --skip-existing",
+    )
+    parser.add_argument(
+        "--mirror", type=Path, help="copy the results dir here after every suite (e.g. $OUT)"
+    )
     parser.add_argument(
         "--launch-method",
         choices=("forkserver", "spawn"),
@@ -277,12 +382,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--results", type=Path, default=REPO / "results", help="results dir")
     args = parser.parse_args(argv)
+    if args.suite and args.bench:
+        parser.error("--suite and --bench select benchmarks two ways: give one of them")
 
     started = time.time()
     info = versions()
     machine = machine_name(info)
     gpu = info["gpu"]["name"] if info["gpu"] else "none"
     log(f"machine {machine} (GPU {gpu}, torch {info['torch']}, triton {info['triton']})")
+    if args.bench:
+        selections = [("-b " + " -b ".join(args.bench), args.bench)]
+    else:
+        suites = expand_suites(args.suite, info["gpu"] is not None)
+        selections = [(s, [suite_regex(s)]) for s in suites]
     results = args.results.resolve()
     results.mkdir(parents=True, exist_ok=True)
     bench_json = results / "benchmarks.json"
@@ -293,54 +405,94 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         env[QUICK_ENV] = "1"
     common = ["--machine", machine, "--launch-method", args.launch_method, "--show-stderr"]
-    common += [f"--bench={b}" for b in args.bench]
     # Raw samples are kept: the gate's rank test compares commits sample by sample.
     common += ["--record-samples"] + ["--quick"] * args.quick
+    # asv's own per-benchmark skip (a rerun after a kill, a suite whose grid grew).
+    common += ["--skip-existing"] * args.skip_existing
 
+    timings: list[tuple[str, str, str]] = []  # (commit, selection, outcome)
+    failed = False
     with tempfile.TemporaryDirectory(prefix="safeattn-asv-") as tmp:
         config = write_config(results, Path(tmp))
-        asv(["machine", "--yes", "--machine", machine], env, config)
-        if not args.same:
+        env[PROGRESS_ENV] = str(Path(tmp) / "progress.log")
+        if asv(["machine", "--yes", "--machine", machine], env, config) != 0:
+            raise SystemExit("[run] asv machine failed")
+        if args.same:
+            env_base = dict(env)
+        else:
             check_offline_prerequisites(env)
             host = host_paths()
             if host:
                 env["ASV_PYTHONPATH"] = os.pathsep.join(host)
                 log(f"benchmark environment also sees {', '.join(host)}")
-            spec = args.range or "HEAD^!"
-            log(f"measuring {spec} in asv's virtualenv environment (offline build)")
-            extra = ["--skip-existing-commits"] if args.skip_existing else []
-            asv(["run", spec, *common, *extra], env, config)
-        elif args.range is None:
+        if args.same and args.range is None:
             if git("status", "--porcelain", "--untracked-files=no"):
                 log("WARNING: the working tree has uncommitted changes; recorded as HEAD anyway")
-            paths = [str(REPO), env.get("PYTHONPATH", "")]
-            env["ASV_PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-            head = git("rev-parse", "HEAD")
-            log(f"measuring the working tree as {head[:8]} (--python=same)")
-            asv(["run", "--python=same", f"--set-commit-hash={head}", *common], env, config)
+            targets = [git("rev-parse", "HEAD")]  # the working tree, recorded as HEAD
         else:
-            hashes = commits_in(args.range)
-            for i, sha in enumerate(hashes, 1):
+            targets = commits_in(args.range or "HEAD")
+
+        for i, sha in enumerate(targets, 1):
+            subject = git("log", "-1", "--format=%s", sha)
+            log(f"commit {i}/{len(targets)} {sha[:8]}: {subject}")
+            todo = selections
+            if args.skip_existing and not args.bench:
+                done = measured_suites(results, machine, sha)
+                todo = [(name, regexes) for name, regexes in selections if name not in done]
+                if done:
+                    log(f"already measured here, skipped: {', '.join(sorted(done))}")
+            tree = None
+            if args.same and args.range is not None:
+                if not todo:
+                    continue
                 tree = Path(tmp) / "worktrees" / sha[:12]
                 git("worktree", "add", "--detach", str(tree), sha)
-                paths = [str(tree), os.environ.get("PYTHONPATH", "")]
-                env["ASV_PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-                log(f"commit {i}/{len(hashes)} {sha[:8]}: {git('log', '-1', '--format=%s', sha)}")
-                extra = ["--skip-existing-commits"] if args.skip_existing else []
-                try:
-                    asv(
-                        ["run", "--python=same", f"--set-commit-hash={sha}", *common, *extra],
-                        env,
-                        config,
-                    )
-                finally:
+            try:
+                for name, regexes in todo:
+                    elapsed = time.time() - started
+                    if args.budget_s and elapsed >= args.budget_s:
+                        log(
+                            f"budget of {args.budget_s:.0f} s used ({elapsed:.0f} s): not starting "
+                            f"{name} on {sha[:8]}; rerun with --skip-existing to resume"
+                        )
+                        timings.append((sha, name, "not started (budget)"))
+                        raise _BudgetUsed
+                    if args.same:
+                        env = dict(env_base)
+                        paths = [str(tree or REPO), os.environ.get("PYTHONPATH", "")]
+                        env["ASV_PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+                        cmd = ["run", "--python=same", f"--set-commit-hash={sha}"]
+                    else:
+                        cmd = ["run", f"{sha}^!"]
+                    suite_start = time.time()
+                    code = asv([*cmd, *common, *(f"--bench={r}" for r in regexes)], env, config)
+                    seconds = time.time() - suite_start
+                    outcome = f"{seconds:.0f} s" + (f" (asv exit status {code})" if code else "")
+                    failed = failed or code != 0
+                    timings.append((sha, name, outcome))
+                    log(f"{name} on {sha[:8]}: {outcome}")
+                    write_sidecars(results, machine, started, info)
+                    if args.mirror:
+                        shutil.copytree(results, args.mirror / results.name, dirs_exist_ok=True)
+            except _BudgetUsed:
+                break
+            finally:
+                if tree is not None:
                     git("worktree", "remove", "--force", str(tree))
 
     merge_benchmarks_json(bench_json, before)
     done = write_sidecars(results, machine, started, info)
+    if args.mirror:
+        shutil.copytree(results, args.mirror / results.name, dirs_exist_ok=True)
     log(f"versions sidecars for {len(done)} commit(s): {', '.join(c[:8] for c in done)}")
+    for sha, name, outcome in timings:
+        log(f"  {sha[:8]}  {name:<26} {outcome}")
     log(f"done in {time.time() - started:.0f} s; results in {results / machine}")
-    return 0
+    return 1 if failed else 0
+
+
+class _BudgetUsed(Exception):
+    """Raised inside the commit loop when --budget-s is used up."""
 
 
 if __name__ == "__main__":

@@ -42,7 +42,6 @@ peer supports what changes with the torch version.
 from __future__ import annotations
 
 import itertools
-import sys
 import time
 
 from ._common import (
@@ -55,6 +54,8 @@ from ._common import (
     impl_context,
     lookup,
     metrics,
+    progress,
+    pruned_reason,
     quick,
     reason_of,
     require_cuda,
@@ -114,8 +115,13 @@ class SpeedSuite:
         import torch
 
         measured: dict = {}
+        grid_start = time.perf_counter()
         for combo in itertools.product(*self.params):
+            start = time.perf_counter()
+            reason = pruned_reason(combo[0], combo[2])
             try:
+                if reason is not None:
+                    raise NotImplementedError(reason)
                 times = _gpu_times(*combo)
                 for name in PASSES:
                     measured[(name, *combo)] = times[name]
@@ -124,8 +130,9 @@ class SpeedSuite:
                 for name in PASSES:
                     measured[(name, *combo)] = Missing(reason_of(exc))
                 summary = f"not measured: {reason_of(exc)}"
-            print(f"[speed] {combo}: {summary}", file=sys.stderr, flush=True)
+            progress(f"[speed] {combo}: {summary} ({time.perf_counter() - start:.1f} s)")
             torch.cuda.empty_cache()
+        progress(f"[speed] grid measured in {time.perf_counter() - grid_start:.0f} s")
         return measured
 
     @tracks_metric
@@ -146,10 +153,15 @@ if not cuda_usable():
 
 
 def _cpu_times(impl: str, causal: bool) -> dict[str, list[float]]:
-    """{pass: [ms, ...]} wall-clock times on the CPU (everything here is synchronous)."""
+    """{pass: [ms, ...]} CPU time of this process (``time.process_time``), torch on one
+    thread. Everything here is synchronous and single-threaded, so CPU time is the work the
+    calls do, while wall-clock time also counts the waits of a shared machine (CI: two busy
+    cores), which made A/A runs differ by far more than the work did."""
     import torch
 
     import safeattn
+
+    torch.set_num_threads(1)  # CPU time of one thread = the work, not spinning helpers
 
     attend = safeattn.attention if impl == metrics.OWN_IMPL else safeattn.reference.attention
     gen = torch.Generator().manual_seed(0)
@@ -165,11 +177,11 @@ def _cpu_times(impl: str, causal: bool) -> dict[str, list[float]]:
     for _ in range(2 if quick() else 5):
         for t in (q, k, v):
             t.grad = None
-        start = time.perf_counter()
+        start = time.process_time()
         out = forward()
-        mid = time.perf_counter()
+        mid = time.process_time()
         out.backward(grad_out)
-        end = time.perf_counter()
+        end = time.process_time()
         times["forward"].append((mid - start) * 1e3)
         times["backward"].append((end - mid) * 1e3)
         times["fwd_bwd"].append((end - start) * 1e3)

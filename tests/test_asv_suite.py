@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 import subprocess
 import sys
 import time
@@ -101,6 +102,58 @@ def test_missing_entries_are_skipped_with_their_reason(capsys):
     assert "peer refuses masks" in capsys.readouterr().err
 
 
+def test_suite_selections_are_anchored():
+    # asv -b is re.search: "NumericsSuite" alone also selected InterpreterNumericsSuite on the
+    # H200. Each suite's regex must select its own benchmarks and no other suite's.
+    for suite in run.SUITES:
+        for other, prefix in run.SUITES.items():
+            name = f"{prefix}track_nonfinite_rate('leftpad_causal', 'safeattn')"
+            assert bool(re.search(run.suite_regex(suite), name)) == (suite == other), (suite, name)
+    assert set(run.GROUPS["gpu"]) | set(run.GROUPS["cpu"]) == set(run.SUITES)
+
+
+def test_every_discovered_benchmark_belongs_to_a_registered_suite():
+    import asv_runner.discovery as discovery
+
+    prefixes = tuple(run.SUITES.values())
+    names = [b.name for b in discovery.disc_benchmarks(str(REPO / "benchmarks"))]
+    assert names and all(n.startswith(prefixes) for n in names), names
+
+
+def test_suite_names_expand_in_run_order():
+    assert run.expand_suites([], gpu=False) == list(run.GROUPS["cpu"])
+    assert run.expand_suites([], gpu=True) == list(run.SUITES)
+    assert run.expand_suites(["NumericsSuite", "gpu"], gpu=True) == list(run.GROUPS["gpu"])
+    with pytest.raises(SystemExit, match="need a usable CUDA GPU"):
+        run.expand_suites(["SpeedSuite"], gpu=False)
+
+
+def test_measured_suites_read_the_commit_result_file(tmp_path):
+    sha = "ab" * 20
+    (tmp_path / "m").mkdir()
+    data = {"commit_hash": sha, "results": {"numerics.NumericsSuite.track_max_rel_error": []}}
+    (tmp_path / "m" / f"{sha[:8]}-env.json").write_text(json.dumps(data))
+    (tmp_path / "m" / f"{sha[:8]}-other.json").write_text("{not json")
+    assert run.measured_suites(tmp_path, "m", sha) == {"NumericsSuite"}
+    assert run.measured_suites(tmp_path, "m", "cd" * 20) == set()
+
+
+def test_flex_is_pruned_from_the_speed_grid_only_off_its_head_dims():
+    assert common.pruned_reason("flex", 64).startswith("pruned")
+    assert common.pruned_reason("flex", 128) is None
+    assert common.pruned_reason(OWN_IMPL, 64) is None
+    assert set(common.FLEX_HEAD_DIMS) <= set(speed.GPU_HEAD_DIMS)
+
+
+def test_a_used_budget_starts_no_suite(tmp_path):
+    cmd = [sys.executable, str(REPO / "benchmarks" / "run.py"), "--same", "--budget-s", "0.001"]
+    cmd += ["--results", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "not starting StaticAuditSuite" in proc.stdout, proc.stdout
+    assert not list(tmp_path.glob("*/*-*.json")), "a suite ran despite the budget"
+
+
 def test_every_benchmark_follows_the_naming_convention():
     # asv's discovery, through asv itself: every track_ benchmark names a metric, with its unit.
     import asv_runner.discovery as discovery
@@ -136,6 +189,10 @@ def test_asv_wrote_results_for_head(asv_run):
     assert data["commit_hash"] == asv_run.commit
     assert set(CPU_BENCHMARKS) <= set(data["results"]), sorted(data["results"])
     assert "[run] machine" in asv_run.log and "[run] done" in asv_run.log
+    # Per-suite wall times, and the suites' progress echoed while asv ran.
+    for suite in run.GROUPS["cpu"]:
+        assert f"[run] {suite} on {asv_run.commit[:8]}: " in asv_run.log, suite
+    assert "[numerics-cpu] grid measured in" in asv_run.log
 
 
 @pytest.mark.parametrize("bench_name", sorted(CPU_BENCHMARKS))
