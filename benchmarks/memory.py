@@ -1,7 +1,8 @@
 """Memory: peak extra GPU bytes of one forward+backward, safeattn beside its peers.
 
 ``MemorySuite`` (GPU only; absent without a usable CUDA GPU) has SpeedSuite's grid
-(impl × dtype × head_dim × seq_len × causal × gqa, shapes from DESIGN.md).
+(impl × dtype × head_dim × seq_len × causal × gqa, shapes from DESIGN.md), FlexAttention
+pruned the same way (``_common.FLEX_HEAD_DIMS``: it compiles per shape).
 
 The number is ``torch.cuda.max_memory_allocated()`` during ``out = f(q, k, v);
 out.backward(grad)`` minus what was allocated just before (inputs and upstream gradient),

@@ -8,8 +8,10 @@ reference, per adversarial family (``safeattn.families``) × implementation × d
     family × impl (safeattn under Triton's interpreter, SDPA's math backend) × dtype on the
     CPU, "small" size.
 
-Rates are fractions of trials (seeds 0 .. trials-1, fewer in quick mode); each trial runs
-forward and backward and is judged by ``safeattn.families.check``. Peers get the exact
+Rates are fractions of trials (seeds 0 .. trials-1: :data:`GPU_TRIALS` on the GPU, where a
+trial of the "gpu" size costs seconds of compiling; :data:`CPU_TRIALS` on the CPU, one in
+quick mode); each trial runs forward and backward and is judged by
+``safeattn.families.check``. Peers get the exact
 allowed-pairs mask of each case through ``families.mask_adapter``: SDPA as a dense
 ``attn_mask`` (``None`` when every pair is allowed), FlexAttention as a compiled block
 mask / score bias. A peer that refuses a case (SDPA flash takes no mask at all) makes that

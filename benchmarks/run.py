@@ -1,31 +1,53 @@
-"""Benchmark this machine with asv: ``python benchmarks/run.py [options]``.
+r"""Benchmark this machine with asv: ``python benchmarks/run.py [options]``.
 
-    python benchmarks/run.py                      # HEAD, in an offline virtualenv
+    python benchmarks/run.py                      # HEAD, every suite this machine has
     python benchmarks/run.py --range HEAD~4..HEAD # a commit range (asv's A..B syntax)
-    python benchmarks/run.py --skip-existing      # ... leaving commits already measured here
+    python benchmarks/run.py --skip-existing      # ... leaving suites already measured here
     python benchmarks/run.py --same               # the safeattn importable here, as HEAD
-    python benchmarks/run.py --quick --bench Interpreter   # quick, a subset (asv -b regex)
+    python benchmarks/run.py --suite gpu          # the GPU suites (or cpu, or suite names)
+    python benchmarks/run.py --same -s NumericsSuite --budget-s 480 --mirror "$OUT"
+    python benchmarks/run.py --quick -b '^speed\.InterpreterSpeedSuite\.'  # asv -b regexes
+
+Select with ``--suite`` (:data:`SUITES`, :data:`GROUPS`) or with anchored ``-b`` regexes:
+asv matches ``-b`` with ``re.search``, so ``-b NumericsSuite`` also selects
+``InterpreterNumericsSuite`` (on a GPU machine, the slow interpreter suite). ``--suite
+NumericsSuite`` is ``-b '^numerics\.NumericsSuite\.'``.
 
 What it does, in order (each step prints a ``[run]`` line; asv prints its own progress):
 
 1. Names the machine after its GPU model (``nvidia-h100-80gb-hbm3``) or, without a usable
    GPU, its CPU model (``cpu-intel-xeon-platinum-8481c``) and registers it with
    ``asv machine --yes``.
-2. Runs ``asv run --show-stderr --record-samples`` (the gate's rank test reads the samples)
-   with ``--launch-method forkserver``: asv imports the suite once and forks a process per
-   benchmark, ~0.03 s instead of a fresh interpreter's ~0.2 s, which matters with over a
-   thousand cheap look-up processes per commit (benchmarks/_common.py). Forking is safe
-   because nothing initialises CUDA or imports safeattn/triton at import time; every
+2. For each commit (oldest first), for each selected suite (in :data:`SUITES` order: GPU
+   suites cheapest first, then the CPU-capable ones), runs one ``asv run --show-stderr
+   --record-samples`` (the gate's rank test reads the samples) and prints its wall time.
+   One asv run per suite costs a few seconds of discovery each, and buys:
+
+   - progress: asv saves results when a run ends, and shows a setup_cache's output only if
+     it fails; the suites append one line per grid entry (with its seconds) to a progress
+     file that this script prints as it grows (``_common.progress``);
+   - a budget: ``--budget-s S`` starts no suite after S seconds from this script's start;
+   - resuming: ``--skip-existing`` skips the suites that already have results for a commit
+     on this machine (and passes asv's ``--skip-existing`` for the rest), so a call cut
+     short by a budget or a kill loses at most the suite in flight;
+   - ``--mirror DIR`` copies the results directory into ``DIR`` after every suite (e.g.
+     ``$OUT`` on a machine that hands back only that folder).
+
+   A suite whose asv run fails does not stop the others; the exit status is then 1.
+   asv runs with ``--launch-method forkserver``: it imports the suite once and forks a
+   process per benchmark, ~0.03 s instead of a fresh interpreter's ~0.2 s, which matters
+   with over a thousand cheap look-up processes per commit (benchmarks/_common.py). Forking
+   is safe because nothing initialises CUDA or imports safeattn/triton at import time; every
    measurement starts CUDA in its own forked process. ``--launch-method spawn`` is the
    conservative fallback. Two ways to get the code under test:
 
    - default: asv's virtualenv environment (asv.conf.json). It sees the machine's torch and
      triton (``VIRTUALENV_SYSTEM_SITE_PACKAGES=true``, plus ``ASV_PYTHONPATH`` for
      ``PYTHONPATH``'s entries and, when this Python is itself a venv, whose packages that
-     flag cannot reach, its site-packages: :func:`host_paths`) and builds
-     and installs each commit with ``pip --no-index --no-deps --no-build-isolation``, with
-     ``PIP_NO_INDEX=1`` set: no network needed. ``asv run A..B``,
-     ``--skip-existing-commits`` and ``asv continuous`` work the same way by hand.
+     flag cannot reach, its site-packages: :func:`host_paths`; asv 0.6.6 drops those entries
+     again inside its benchmark processes, and ``_common.restore_pythonpath`` puts them
+     back) and builds and installs each commit with ``pip --no-index --no-deps
+     --no-build-isolation``, with ``PIP_NO_INDEX=1`` set: no network needed.
    - ``--same``: no build at all. Each commit is checked out into a temporary git worktree
      (removed afterwards) and imported from there (``ASV_PYTHONPATH``), with
      ``asv run --python=same --set-commit-hash <sha>``; without ``--range`` the current
@@ -39,6 +61,7 @@ What it does, in order (each step prints a ``[run]`` line; asv prints its own pr
 On a machine without a GPU only the CPU-capable suites exist (see benchmarks/_common.py).
 ``--results DIR`` writes elsewhere (the tests use it); ``--quick`` takes fewer samples and
 trials and passes asv's ``--quick``: numbers for checking the suite, not for history.
+What a commit's suites cost on a GPU: benchmarks/speed.py's module docstring ("Cost").
 """
 
 from __future__ import annotations

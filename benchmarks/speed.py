@@ -4,13 +4,15 @@
     impl × dtype × head_dim × seq_len × causal × gqa, with B = 16384 // N and
     Hq = 2048 // D (DESIGN.md) and Hkv = Hq // gqa. Peers in the same run: SDPA pinned to
     flash, cuDNN and memory-efficient backends (``torch.nn.attention.sdpa_kernel``), and
-    FlexAttention under ``torch.compile`` with dynamo's recompile limit raised. SDPA's math
-    backend is left out here (a correctness baseline, not a speed peer; numerics.py has it).
+    FlexAttention under ``torch.compile`` with dynamo's recompile limit raised, at head_dim
+    128 only (NaN, "pruned", at 64: see "Cost" below). SDPA's math backend is left out here
+    (a correctness baseline, not a speed peer; numerics.py has it).
 
 ``InterpreterSpeedSuite`` (anywhere)
     safeattn under Triton's interpreter at a tiny shape, beside the pure-PyTorch reference:
     slow, but a kernel change that does much more work shows up on a CPU-only machine
-    (the gate's end-to-end test relies on this).
+    (the gate's end-to-end test relies on this). Timed in CPU time of one thread
+    (``time.process_time``), which a busy shared machine disturbs far less than wall time.
 
 How the time is measured, and why it is reported through ``track_*``:
 
@@ -28,11 +30,30 @@ How the time is measured, and why it is reported through ``track_*``:
 - The whole grid is measured in ``setup_cache`` (one process, one CUDA context, kernels
   compiled once); each ``track_*`` process only looks its entry up (benchmarks/_common.py).
 
-Cost: 5 impls × 32 shapes × (1 + 3 + 3 × 33) calls. The whole GPU suite (speed, memory,
-live resources, numerics, plus the CPU suites) is sized for at most ~6 minutes per commit on
-an H100 once Triton's and Inductor's on-disk caches are warm; the first commit on a fresh
-machine also pays every compile (FlexAttention's especially). Not yet timed on a GPU: the
-wall time of a real run is what to trust (benchmarks/gpu_history.sh prints it).
+Cost of one commit's GPU suites (``run.py --suite gpu``; run.py prints each suite's wall
+time and, as it goes, every grid entry's seconds). Measured so far, on an H200 (commit
+ed3fc95, ``--same``, the first real run): LiveResourcesSuite 44 s; NumericsSuite 380 s with two
+trials per entry (one now); StaticAuditSuite 83 s (a CPU suite: it needs no GPU and is left
+to CPU machines by ``--suite gpu``). Speed and memory have not run on a GPU yet; estimates,
+from ~1 s per Triton compile of one kernel config on that machine (LiveResources: ~44
+compiles plus tuning in 44 s; 2.3-3.3 s per config cross-compiled on a busy 2-core CPU):
+
+- SpeedSuite, fresh machine: safeattn ~2 min (8 constexpr variants × ~11 candidate configs
+  compiled, 32 tuning keys timed, 96 timed entries of 33 calls); SDPA peers ~0.5 min (no
+  compile); FlexAttention 16 shapes × a forward+backward compile, 10-20 s each: 3-5 min.
+  That is why FlexAttention runs at head_dim 128 only (``_common.FLEX_HEAD_DIMS``; the
+  other entries are NaN, "pruned"): all 32 shapes would take the suite past one 10-minute
+  device call. With Triton's and Inductor's caches warm: ~2 min.
+- MemorySuite: ~1.5 min after SpeedSuite (kernels cached, tuning repeated).
+- NumericsSuite, one trial: ~4-5 min fresh (~18 safeattn specialisations × ~11 candidate
+  configs compiled: ~230 s), ~1-2 min with warm caches.
+
+So a fresh machine needs ~10-13 min for one commit: two device calls, e.g.
+``gpu_history.sh`` with ``SAFEATTN_HISTORY_BUDGET_S=480`` twice, the second resuming
+(``--skip-existing``) at the first suite not yet measured; later commits on a machine kept
+warm need ~5-6 min. The next lever, if numerics still dominates: its safeattn entries in
+single-config mode (``SAFEATTN_AUTOTUNE=0``, ~4 compiles per specialisation instead of ~11),
+which changes which config the numerics see (the first fitting one, not the tuner's pick).
 
 A peer that cannot run a shape (e.g. a backend without GQA support) reports NaN, with the
 backend's error as the reason on stderr; it is not pruned from the grid, because which
