@@ -145,7 +145,7 @@ class Chromium:
             self.close()
             raise
 
-    def _devtools_port(self, timeout: float = 60.0) -> int:
+    def _devtools_port(self, timeout: float = 120.0) -> int:
         # Chromium prints "DevTools listening on ws://127.0.0.1:<port>/..." on stderr.
         assert self._proc.stderr is not None
         deadline = time.monotonic() + timeout
