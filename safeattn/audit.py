@@ -203,14 +203,17 @@ def audit_one(
     )
 
 
-def _jobs(archs, kernels, dtypes, head_dims, variants):
+def _jobs(archs, kernels, dtypes, head_dims, variants, configs_override=None):
     for kernel in kernels:
         for dtype in dtypes:
             for hd in head_dims:
                 for variant in variants if kernel != "bwd_preprocess" else ("causal",):
                     for arch in archs:
                         limits = ARCHS[arch]
-                        for cfg in configs.candidates(kernel, hd, dtype, limits.smem_optin_bytes):
+                        cfgs = configs_override or configs.candidates(
+                            kernel, hd, dtype, limits.smem_optin_bytes
+                        )
+                        for cfg in cfgs:
                             yield (kernel, limits, dtype, hd, variant, cfg)
 
 
@@ -226,10 +229,12 @@ def audit(
     variants: Iterable[str] | None = None,
     workers: int | None = None,
     progress: bool = False,
+    configs_override: list[KernelConfig] | None = None,
 ) -> list[AuditRow]:
     """Audit every combination (defaults: everything shipped). Returns one row per
     kernel × arch × dtype × head-dim tile × variant × config. Compiles run in ``workers``
-    processes (default: CPU count); Triton's on-disk cache makes repeated audits cheap."""
+    processes (default: CPU count); Triton's on-disk cache makes repeated audits cheap.
+    ``configs_override`` audits the given configs instead of the shipped ones (tests)."""
     jobs = list(
         _jobs(
             list(archs or ARCHS),
@@ -237,22 +242,33 @@ def audit(
             list(dtypes or configs.DTYPES),
             list(head_dims or configs.HEAD_DIM_BUCKETS),
             list(variants or VARIANTS),
+            configs_override,
         )
     )
     workers = workers or os.cpu_count() or 1
     rows: list[AuditRow] = []
-    if workers == 1:
+    # Under TRITON_INTERPRET=1 the kernels are interpreter objects that cannot be compiled:
+    # compile in fresh worker processes that import them with the interpreter off.
+    interpreting = os.environ.get("TRITON_INTERPRET") == "1"
+    if workers == 1 and not interpreting:
         for i, job in enumerate(jobs, 1):
             rows.append(_run_job(job))
             if progress:
                 print(f"[audit] {i}/{len(jobs)}", file=sys.stderr, flush=True)
         return rows
     ctx = __import__("multiprocessing").get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        for i, row in enumerate(pool.map(_run_job, jobs), 1):
-            rows.append(row)
-            if progress and (i % 10 == 0 or i == len(jobs)):
-                print(f"[audit] {i}/{len(jobs)} compiled", file=sys.stderr, flush=True)
+    saved = os.environ.get("TRITON_INTERPRET")
+    if interpreting:
+        os.environ["TRITON_INTERPRET"] = "0"  # inherited by the spawned workers
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            for i, row in enumerate(pool.map(_run_job, jobs), 1):
+                rows.append(row)
+                if progress and (i % 10 == 0 or i == len(jobs)):
+                    print(f"[audit] {i}/{len(jobs)} compiled", file=sys.stderr, flush=True)
+    finally:
+        if interpreting:
+            os.environ["TRITON_INTERPRET"] = saved or "1"
     return rows
 
 

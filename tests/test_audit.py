@@ -32,5 +32,9 @@ def test_audit_flags_a_config_over_the_limit():
     big = KernelConfig(128, 128, 8, 3)
     assert big in configs.candidates("forward", 128, torch.bfloat16, None)
     assert big not in configs.candidates("forward", 128, torch.bfloat16, 101_376)
-    row = audit.audit_one("forward", ARCHS["sm86"], torch.bfloat16, 128, "causal", big)
+    [row] = audit.audit(
+        archs=["sm86"], kernels=["forward"], dtypes=[torch.bfloat16], head_dims=[128],
+        variants=["causal"], workers=1, configs_override=[big],
+    )  # fmt: skip
+    assert row.config == str(big)
     assert row.shared_bytes > row.smem_limit and not row.fits

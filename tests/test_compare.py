@@ -337,3 +337,12 @@ def test_slowdown_sensitivity_on_an_a_a_pair(toy, policy):
     assert unchanged["rows"] == slowed["rows"] == 1
     assert unchanged["flagged"] == 0  # the A/A pair itself: no false alarm
     assert slowed["flagged"] == 1 and slowed["fraction"] == 1.0
+
+
+def test_a_head_value_of_zero_is_an_improvement_not_a_crash():
+    """CPU-time samples can round to 0: ratio 0 must read as infinitely better."""
+    from safeattn.regress import compare as c
+
+    assert c._inverse(0.0) == float("inf")
+    assert c._times(c._inverse(0.0)) == "inf x"
+    assert c._inverse(4.0) == 0.25

@@ -491,7 +491,7 @@ def _verdict(
     if ratio > kp.max_ratio and change > kp.min_abs_increase:
         return "regression", f"{_times(ratio)} worse (limit {kp.max_ratio:g}x)"
     if ratio < 1 / kp.max_ratio and change > kp.min_abs_increase:
-        return "improvement", f"{_times(1 / ratio)} better"
+        return "improvement", f"{_times(_inverse(ratio))} better"
     return "unchanged", f"{_times(ratio)} of base, within {kp.max_ratio:g}x"
 
 
@@ -518,7 +518,7 @@ def _speed_verdict(
             return "regression", f"{_times(ratio)} slower (limit {threshold:g}x); {evidence}"
         return "unchanged", f"{_times(ratio)} slower but not significant; {evidence}"
     if ratio < 1 / threshold and trusted:
-        return "improvement", f"{_times(1 / ratio)} faster; {evidence}"
+        return "improvement", f"{_times(_inverse(ratio))} faster; {evidence}"
     return "unchanged", f"{_times(ratio)} of base, within {threshold:g}x; {evidence}"
 
 
@@ -528,6 +528,11 @@ def _finite(x: Any) -> bool:
 
 def _times(ratio: float) -> str:
     return "inf x" if math.isinf(ratio) else f"{ratio:.3f}x"
+
+
+def _inverse(ratio: float) -> float:
+    """1 / ratio, where a head value of exactly 0 (ratio 0) is infinitely better."""
+    return math.inf if ratio == 0 else 1 / ratio
 
 
 # ---------------------------------------------------------------- sensitivity
