@@ -10,10 +10,29 @@ Public API::
     safeattn.scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                           is_causal=False, scale=None, enable_gqa=False)
     safeattn.reference   # pure-PyTorch implementation of the same contract (fp64 too)
+
+The names are resolved on first use (PEP 562), so ``import safeattn.regress`` — what the
+dashboard and the gate need — does not import torch or Triton.
 """
 
-from . import reference
-from .api import attention, scaled_dot_product_attention, varlen_attention
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = ["attention", "reference", "scaled_dot_product_attention", "varlen_attention"]
 __version__ = "0.1.0"
+
+_API = {"attention", "scaled_dot_product_attention", "varlen_attention"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        return getattr(importlib.import_module(".api", __name__), name)
+    if name == "reference":
+        return importlib.import_module(".reference", __name__)
+    raise AttributeError(f"module 'safeattn' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

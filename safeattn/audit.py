@@ -81,7 +81,11 @@ def _representative_value(name: str, head_dim: int) -> int:
         return 16
     if name == "group":
         return 2
-    return 1000  # lengths, window sizes, head_dim: runtime values, not specialised
+    if name == "head_dim":
+        # A launch passes the real head dim, which Triton specialises when it is a multiple
+        # of 16 (every bucket is): that is what lets the D-masked loads vectorise.
+        return head_dim
+    return 1000  # lengths and window sizes: do_not_specialize at launch
 
 
 def _signature(fn, dtype: torch.dtype, variant: str, constexprs: dict, head_dim: int):

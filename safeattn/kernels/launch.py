@@ -30,7 +30,7 @@ class KernelResources:
     config: str
     shared_bytes: int
     registers: int
-    spills: int
+    spills: int  # local-memory bytes per thread (Triton reports 4-byte words; converted)
 
 
 _LAUNCHED: dict[str, KernelResources] = {}
@@ -108,6 +108,13 @@ def _constexprs(meta: Meta, dtype: torch.dtype, cfg: KernelConfig) -> dict:
     )
 
 
+def _spill_bytes(compiled) -> int:
+    """Local memory per thread in bytes: Triton's ``n_spills`` is CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
+    divided by 4; the static audit reports cuobjdump's LOCAL bytes, so both use bytes."""
+    words = getattr(compiled, "n_spills", None)
+    return -1 if words is None else int(words) * 4
+
+
 def _smem_limit(device: torch.device) -> int:
     props = torch.cuda.get_device_properties(device)
     limit = getattr(props, "shared_memory_per_block_optin", None)
@@ -136,7 +143,7 @@ def _launch(name, fn, grid, args, meta, dtype, device, seq_q, seq_k):
         config=str(cfg),
         shared_bytes=int(compiled.metadata.shared),
         registers=int(getattr(compiled, "n_regs", -1)),
-        spills=int(getattr(compiled, "n_spills", -1)),
+        spills=_spill_bytes(compiled),
     )
     return cfg
 
@@ -305,7 +312,7 @@ def _launch_pre(args, grid, meta: Meta, dtype, device):
     if not INTERPRET and device.type == "cuda":
         _LAUNCHED["bwd_preprocess"] = KernelResources(
             "bwd_preprocess", str(cfg), int(compiled.metadata.shared),
-            int(getattr(compiled, "n_regs", -1)), int(getattr(compiled, "n_spills", -1)),
+            int(getattr(compiled, "n_regs", -1)), _spill_bytes(compiled),
         )  # fmt: skip
 
 
