@@ -99,5 +99,9 @@ for sha in $(git rev-list --first-parent --reverse "HEAD~${N}..HEAD"); do
   echo "[gpu_history] ${sha:0:8}: $(($(date +%s) - commit_start)) s"
 done
 echo "[gpu_history] ${N} commits looked at in $(($(date +%s) - start)) s (run.py status ${status})"
-PYTHONPATH="$(pwd)${PYTHONPATH:+:${PYTHONPATH}}" python3 benchmarks/peer_ratios.py || true
+if python3 -c "import pandas" 2>/dev/null; then
+  PYTHONPATH="$(pwd)${PYTHONPATH:+:${PYTHONPATH}}" python3 benchmarks/peer_ratios.py || true
+else
+  echo "[gpu_history] no pandas here: run python3 benchmarks/peer_ratios.py where results/ goes"
+fi
 exit "${status}"
