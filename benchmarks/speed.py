@@ -12,7 +12,7 @@
     safeattn under Triton's interpreter at a tiny shape, beside the pure-PyTorch reference:
     slow, but a kernel change that does much more work shows up on a CPU-only machine
     (the gate's end-to-end test relies on this). Timed in CPU time of one thread
-    (``time.process_time``), which a busy shared machine disturbs far less than wall time.
+    (``time.process_time``), which a busy shared machine disturbs less than wall time.
 
 How the time is measured, and why it is reported through ``track_*``:
 
@@ -176,8 +176,9 @@ if not cuda_usable():
 def _cpu_times(impl: str, causal: bool) -> dict[str, list[float]]:
     """{pass: [ms, ...]} CPU time of this process (``time.process_time``), torch on one
     thread. Everything here is synchronous and single-threaded, so CPU time is the work the
-    calls do, while wall-clock time also counts the waits of a shared machine (CI: two busy
-    cores), which made A/A runs differ by far more than the work did."""
+    calls do, while wall-clock time also counts the waits of a shared machine. Measured on
+    2 cores at load ~3 (12 causal forward+backward calls): max/min 1.15 in wall time, 1.05
+    in CPU time, medians 232 and 226 ms."""
     import torch
 
     import safeattn
