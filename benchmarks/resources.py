@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import os
 import sys
+import time
 
 from ._common import (
     GRID_TIMEOUT_S,
@@ -32,6 +33,7 @@ from ._common import (
     cuda_usable,
     gpu_limits,
     lookup,
+    progress,
     quick,
     reason_of,
     require_cuda,
@@ -63,6 +65,7 @@ class StaticAuditSuite:
 
         from safeattn.audit import audit
 
+        start = time.perf_counter()
         try:
             rows = audit(
                 archs=AUDIT_ARCHS,
@@ -74,6 +77,7 @@ class StaticAuditSuite:
         except Exception as exc:  # e.g. a commit that predates the audit or a kernel
             reason = Missing(reason_of(exc))
             return {combo: reason for combo in itertools.product(*self.params)}
+        progress(f"[audit] {len(rows)} configs compiled in {time.perf_counter() - start:.0f} s")
         worst: dict = {}
         errors: dict = {}
         for row in rows:
@@ -116,6 +120,7 @@ class LiveResourcesSuite:
 
         measured: dict = {}
         for dtype, head_dim in itertools.product(LIVE_DTYPES, LIVE_HEAD_DIMS):
+            start = time.perf_counter()
             try:
                 from safeattn.kernels.launch import launched_kernels
 
@@ -133,7 +138,7 @@ class LiveResourcesSuite:
             except Exception as exc:
                 for kernel in KERNELS:
                     measured[(kernel, dtype, head_dim)] = Missing(reason_of(exc))
-            print(f"[resources] {dtype} D={head_dim} done", file=sys.stderr, flush=True)
+            progress(f"[resources] {dtype} D={head_dim} done ({time.perf_counter() - start:.1f} s)")
         return measured
 
     @tracks_metric

@@ -363,8 +363,8 @@ def echo_progress(path: Path, offset: int) -> int:
     except OSError:
         return offset
     complete = chunk[: chunk.rfind(b"\n") + 1]
-    if complete:
-        sys.stdout.write(complete.decode(errors="replace"))
+    if complete:  # on a line of its own: asv may have left its cursor mid-line
+        sys.stdout.write("\n" + complete.decode(errors="replace"))
         sys.stdout.flush()
     return offset + len(complete)
 
