@@ -1,0 +1,112 @@
+"""Markdown tables from asv results, for the README: generated, never typed in.
+
+    python -m safeattn.regress.report                  # print the tables for results/
+    python -m safeattn.regress.report --update README.md
+
+The README holds the output between ``<!-- results:start -->`` and ``<!-- results:end -->``;
+``tests/test_readme.py`` checks that it matches what ``results/`` says.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from .metrics import OWN_IMPL, PEERS
+from .results import LoadedResults, load_results
+
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def _newest_commit(loaded: LoadedResults, machine: str, suite: str) -> str | None:
+    rows = loaded.table[(loaded.table["machine"] == machine) & (loaded.table["suite"] == suite)]
+    rows = rows[rows["status"] == "ok"]
+    if rows.empty:
+        return None
+    return str(rows.sort_values("date")["commit"].iloc[-1])
+
+
+def _rate(x: float) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:g}"
+
+
+def numerics_table(loaded: LoadedResults, machine: str) -> str:
+    """Non-finite / wrong-result rate per adversarial family × implementation (worst over
+    dtypes) at the machine's newest commit with GPU numerics; '' when there is none."""
+    suite = "numerics.NumericsSuite"
+    commit = _newest_commit(loaded, machine, suite)
+    if commit is None:
+        return ""
+    t = loaded.table
+    rows = t[(t["machine"] == machine) & (t["suite"] == suite) & (t["commit"] == commit)]
+    impls = [i for i in (OWN_IMPL, *PEERS) if i in set(rows["impl"])]
+    pivots = {
+        m: rows[rows["metric"] == m].pivot_table(
+            index="family", columns="impl", values="value", aggfunc="max", dropna=False
+        )
+        for m in ("nonfinite_rate", "wrong_result_rate")
+    }
+    lines = [
+        f"Non-finite / wrong-result rate per family on `{machine}` at `{commit[:8]}` "
+        "(worst of fp16 and bf16; – = not measured):",
+        "",
+        "| family | " + " | ".join(impls) + " |",
+        "|---|" + "---|" * len(impls),
+    ]
+    for family in sorted(set(rows["family"].dropna())):
+        cells = []
+        for impl in impls:
+            vals = [
+                pivots[m].at[family, impl]
+                if family in pivots[m].index and impl in pivots[m].columns
+                else math.nan
+                for m in ("nonfinite_rate", "wrong_result_rate")
+            ]
+            cells.append(" / ".join(_rate(v) for v in vals))
+        lines.append(f"| {family} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def readme_block(results_dir: str | Path) -> str:
+    """Every table this module makes, for each machine with results, in machine order."""
+    loaded = load_results(results_dir)
+    parts = [numerics_table(loaded, m) for m in sorted(loaded.machines)]
+    parts = [p for p in parts if p]
+    if not parts:
+        return "No GPU results yet: run `python benchmarks/run.py` on a GPU machine."
+    return "\n\n".join(parts)
+
+
+def readme_section(text: str) -> str:
+    """The generated part of a README (between the markers)."""
+    m = re.search(re.escape(START) + r"\n(.*?)\n" + re.escape(END), text, re.S)
+    if not m:
+        raise ValueError(f"no {START} ... {END} block in the README")
+    return m.group(1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--results", default="results")
+    ap.add_argument("--update", metavar="README", help="rewrite the README's generated block")
+    args = ap.parse_args(argv)
+    block = readme_block(args.results)
+    if not args.update:
+        print(block)
+        return 0
+    path = Path(args.update)
+    text = path.read_text()
+    old = readme_section(text)
+    path.write_text(text.replace(f"{START}\n{old}\n{END}", f"{START}\n{block}\n{END}"))
+    print(f"[report] updated {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    pd.set_option("display.width", 200)
+    raise SystemExit(main())
