@@ -17,6 +17,8 @@
 #                                   still hands back everything measured before the kill)
 #   SAFEATTN_WHEELS=DIR             asv's wheels (default .whl), installed with --target
 #                                   when asv is not importable (no network needed)
+#   SAFEATTN_PREWARM=0              skip the parallel compile warm-up (benchmarks/prewarm.py)
+#                                   that runs once before the first commit
 #
 # Needs a git checkout. The device machine's copy of the repository has no .git: bundle the
 # repository here and clone the bundle there (the bundle has no HEAD, hence -b main):
@@ -80,6 +82,11 @@ if [ -n "${SAFEATTN_RESULTS_MIRROR:-}" ]; then
 fi
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
+# Once for all commits (run.py would warm per call): the caches serve every commit whose
+# kernels are the working tree's.
+if [ "${SAFEATTN_PREWARM:-1}" != "0" ]; then
+  python3 -m benchmarks.prewarm || true
+fi
 budget="${SAFEATTN_HISTORY_BUDGET_S:-0}"
 start=$(date +%s)
 status=0
@@ -94,8 +101,8 @@ for sha in $(git rev-list --first-parent --reverse "HEAD~${N}..HEAD"); do
     limit=(--budget-s "$((budget - elapsed))")
   fi
   commit_start=$(date +%s)
-  python3 benchmarks/run.py --range "${sha}^!" --skip-existing "${select[@]}" "${limit[@]}" \
-    "${mirror[@]}" "$@" || status=$?
+  python3 benchmarks/run.py --range "${sha}^!" --skip-existing --no-prewarm "${select[@]}" \
+    "${limit[@]}" "${mirror[@]}" "$@" || status=$?
   echo "[gpu_history] ${sha:0:8}: $(($(date +%s) - commit_start)) s"
 done
 echo "[gpu_history] ${N} commits looked at in $(($(date +%s) - start)) s (run.py status ${status})"

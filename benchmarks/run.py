@@ -403,6 +403,11 @@ def main(argv: list[str] | None = None) -> int:
         default="forkserver",
         help="how asv starts each benchmark process (see the module docstring)",
     )
+    parser.add_argument(
+        "--no-prewarm",
+        action="store_true",
+        help="skip warming the compile caches in parallel before the GPU suites",
+    )
     parser.add_argument("--results", type=Path, default=REPO / "results", help="results dir")
     args = parser.parse_args(argv)
     if args.suite and args.bench:
@@ -454,6 +459,10 @@ def main(argv: list[str] | None = None) -> int:
             targets = [git("rev-parse", "HEAD")]  # the working tree, recorded as HEAD
         else:
             targets = commits_in(args.range or "HEAD")
+
+        gpu_suites = [name for name, _ in selections if name in GROUPS["gpu"]]
+        if gpu_suites and not args.no_prewarm and not args.quick:
+            prewarm(env)
 
         for i, sha in enumerate(targets, 1):
             subject = git("log", "-1", "--format=%s", sha)
@@ -512,6 +521,17 @@ def main(argv: list[str] | None = None) -> int:
         log(f"  {sha[:8]}  {name:<26} {outcome}")
     log(f"done in {time.time() - started:.0f} s; results in {results / machine}")
     return 1 if failed else 0
+
+
+def prewarm(env: dict) -> None:
+    """Compile the GPU suites' kernels in parallel processes first (benchmarks/prewarm.py):
+    the suites then find them in Triton's and Inductor's disk caches."""
+    start = time.time()
+    log("prewarm: compiling the GPU suites' kernels in parallel (--no-prewarm skips this)")
+    code = subprocess.run(
+        [sys.executable, "-m", "benchmarks.prewarm"], cwd=REPO, env=env
+    ).returncode
+    log(f"prewarm: {time.time() - start:.0f} s" + (f" (exit status {code})" if code else ""))
 
 
 class _BudgetUsed(Exception):

@@ -1,0 +1,154 @@
+"""Warm the on-disk compile caches for the GPU suites, in parallel worker processes.
+
+    python -m benchmarks.prewarm [--workers N]     # from the repository root
+
+Why: on a fresh GPU machine most of a commit's GPU suites is compiling, one kernel at a
+time in one process: safeattn's Triton kernels (every autotuning candidate of every
+specialisation) and FlexAttention's Inductor graphs. Both compilers keep what they build on
+disk (Triton's cache, Inductor's FX-graph and kernel caches), keyed by the source and the
+compile options, not by the process. This module runs, in N processes at once, exactly the
+calls that compile (one untimed forward+backward per speed-grid shape; one trial per
+numerics case) for safeattn and FlexAttention, so that the suites' own single processes
+then find their kernels compiled. The SDPA peers compile nothing and are left out.
+
+What it does not do: time anything or record anything. Its tuning runs on a shared GPU, so
+its choices are noise; they stay in its processes (safeattn's tuner keeps choices in
+memory only) and every suite tunes again, alone on the GPU, outside its timed region.
+
+It imports safeattn from the current directory's package: the caches it fills serve every
+commit whose kernels are the same source (a commit with other kernels compiles its own in
+the suite, as without a prewarm). A task that fails is reported and skipped: the suite meets
+the same error and records it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import itertools
+import multiprocessing
+import os
+import sys
+import time
+
+# Parallel processes rather than Inductor's compile workers: each process compiles its
+# kernels itself (a pool per process would oversubscribe the cores). compile_threads is not
+# part of Inductor's cache key (torch/_inductor/config.py, _cache_config_ignore_prefix).
+_WORKER_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+
+COMPILING_IMPLS = ("safeattn", "flex")
+
+
+def tasks() -> list[tuple]:
+    """("speed", impl, dtype, head_dim, seq_len, causal, gqa) and ("numerics", family, impl,
+    dtype) tuples, FlexAttention first (its compiles are the longest)."""
+    from . import numerics, speed
+    from ._common import pruned_reason
+
+    todo = [
+        ("speed", *combo)
+        for combo in itertools.product(
+            speed.GPU_IMPLS,
+            speed.GPU_DTYPES,
+            speed.GPU_HEAD_DIMS,
+            speed.GPU_SEQ_LENS,
+            speed.CAUSAL,
+            speed.GQA,
+        )
+        if combo[0] in COMPILING_IMPLS and pruned_reason(combo[0], combo[2]) is None
+    ]
+    todo += [
+        ("numerics", family, impl, dtype)
+        for family, impl, dtype in itertools.product(
+            numerics.FAMILIES, numerics.GPU_IMPLS, numerics.DTYPES
+        )
+        if impl in COMPILING_IMPLS
+    ]
+    return sorted(todo, key=lambda t: t[2 if t[0] == "numerics" else 1] != "flex")
+
+
+def _init_worker() -> None:
+    os.environ.update(_WORKER_ENV)
+
+
+def warm(task: tuple) -> tuple[tuple, float, str]:
+    """Run one task's compiling call; returns (task, seconds, error or "")."""
+    start = time.perf_counter()
+    try:
+        import torch
+
+        from . import numerics
+        from ._common import attention_call, attention_inputs, dtype_of, impl_context
+
+        if task[0] == "speed":
+            impl, dtype, head_dim, seq_len, causal, gqa = task[1:]
+            fn = attention_call(impl, causal, seq_len, gqa)
+            q, k, v, grad_out = attention_inputs(impl, dtype, seq_len, head_dim, gqa)
+            with impl_context(impl):
+                fn(q, k, v).backward(grad_out)
+        else:
+            from safeattn import families
+
+            family, impl, dtype = task[1:]
+            with impl_context(impl):
+                families.rates(family, numerics._impl(impl), dtype_of(dtype), "cuda", 1, "gpu")
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        return task, time.perf_counter() - start, ""
+    except Exception as exc:  # the suite meets and records the same error
+        return (
+            task,
+            time.perf_counter() - start,
+            f"{type(exc).__name__}: {exc}".splitlines()[0][:200],
+        )
+
+
+def run(workers: int) -> int:
+    """Warm the caches with ``workers`` processes; returns the number of failed tasks."""
+    from ._common import cuda_usable
+
+    if not cuda_usable():
+        print("[prewarm] no usable CUDA GPU here: nothing to warm", flush=True)
+        return 0
+    todo = tasks()
+    print(f"[prewarm] {len(todo)} compiling calls in {workers} processes", flush=True)
+    start = time.perf_counter()
+    failed = 0
+    context = multiprocessing.get_context("spawn")  # CUDA cannot be forked after init
+    with concurrent.futures.ProcessPoolExecutor(
+        workers, mp_context=context, initializer=_init_worker
+    ) as pool:
+        futures = [pool.submit(warm, task) for task in todo]
+        for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+            task, seconds, error = future.result()
+            failed += bool(error)
+            outcome = f"failed ({error})" if error else "ok"
+            print(
+                f"[prewarm] {done}/{len(todo)} {' '.join(map(str, task))}: {outcome} "
+                f"({seconds:.1f} s)",
+                flush=True,
+            )
+    print(
+        f"[prewarm] {len(todo)} calls in {time.perf_counter() - start:.0f} s, {failed} failed",
+        flush=True,
+    )
+    return failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=min(12, os.cpu_count() or 1),
+        help="processes compiling at once (default: min(12, CPU count))",
+    )
+    args = parser.parse_args(argv)
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
+    run(args.workers)
+    return 0  # a cache warm-up never fails a run: the suites report real errors
+
+
+if __name__ == "__main__":
+    sys.exit(main())
