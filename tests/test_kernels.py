@@ -19,7 +19,7 @@ import torch
 
 import safeattn
 from safeattn import families, reference
-from safeattn.kernels import launch
+from safeattn.kernels import configs, launch
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 DT_IDS = ["fp16", "bf16", "fp32"]
@@ -427,3 +427,15 @@ def test_tuner_never_picks_a_config_over_the_gpu_limit(dtype, d, monkeypatch):
     for r in used.values():
         assert 0 < r.shared_bytes <= limit, (r, limit)
         assert 0 < r.registers <= 255, r
+
+
+def test_tuner_breaks_near_ties_by_candidate_order():
+    """A candidate within TIE_TOLERANCE of the fastest wins when it comes first, so the same
+    kernels pick the same config in every process (no A/A flip-flop); a clearly faster one
+    still wins, and a non-finite time never does."""
+    tol = configs.TIE_TOLERANCE
+    assert configs.pick([1.0 + tol / 2, 1.0]) == 0
+    assert configs.pick([1.0 + 2 * tol, 1.0]) == 1
+    assert configs.pick([float("nan"), 2.0, 1.0]) == 2
+    with pytest.raises(ValueError, match="no finite tuning time"):
+        configs.pick([float("inf"), float("nan")])

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -159,6 +160,24 @@ def interpreter_config(kernel: str) -> KernelConfig:
 def autotune_enabled() -> bool:
     """``SAFEATTN_AUTOTUNE=0`` switches timing off (first fitting candidate wins)."""
     return os.environ.get("SAFEATTN_AUTOTUNE", "1") != "0"
+
+
+# Tuning: a candidate within this fraction of the fastest is tied with it, and the first
+# tied one in candidates() order wins. Why: near-tied configs swap places from one process's
+# timings to the next, and on an H200 each swap moved a benchmark between two runs of the
+# same kernels (up to 1.12x in time; live dK/dV shared memory 56.8 vs 66 KiB), which the
+# merge gate cannot tell from a regression. The cost: at most this fraction of speed.
+TIE_TOLERANCE = 0.03
+
+
+def pick(times_ms: list[float]) -> int:
+    """Index of the config to launch, from the tuner's times (ms, in candidates() order):
+    the first within ``TIE_TOLERANCE`` of the fastest. Non-finite times never win."""
+    finite = [t for t in times_ms if math.isfinite(t)]
+    if not finite:
+        raise ValueError(f"safeattn: no finite tuning time among {times_ms}")
+    limit = min(finite) * (1 + TIE_TOLERANCE)
+    return next(i for i, t in enumerate(times_ms) if math.isfinite(t) and t <= limit)
 
 
 def fits(shared_bytes: int, smem_limit: int) -> bool:
