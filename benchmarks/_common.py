@@ -14,8 +14,11 @@ Three decisions every suite follows, made once here:
    --record-samples`` keeps the raw samples too). :func:`sample_result` builds it.
 3. **Cannot run means NaN with a reason.** A combination that a commit or a peer cannot run
    (a peer without GQA, a family this commit's package lacks) is stored by ``setup_cache`` as
-   a :class:`Missing` reason; :func:`lookup` prints it to stderr and raises
-   ``NotImplementedError``, which asv records as NaN (skipped), not as a failure.
+   a :class:`Missing` reason. Every suite's ``setup`` calls :func:`lookup`, which prints the
+   reason to stderr and raises ``NotImplementedError``: raised in ``setup``, asv records the
+   entry as skipped (NaN); raised in the benchmark itself it would count as a failure
+   (``null``, "benchmark failed", ``asv run`` exit status 2), as the first GPU history
+   showed.
 
 The grids (family names, kernel names, shapes) are fixed in the suites, not read from the
 package: asv benchmarks old commits with the current suite, and a commit whose package

@@ -131,6 +131,9 @@ class SpeedSuite:
     param_names = (metrics.IMPL_PARAM, "dtype", "head_dim", "seq_len", "causal", "gqa")
     timeout = GRID_TIMEOUT_S
 
+    def setup(self, cache, *combo):
+        lookup(cache, ("forward", *combo))  # not measured: skipped (NaN) here, not failed (_common)
+
     def setup_cache(self) -> dict:
         require_cuda()
         import torch
@@ -216,6 +219,9 @@ class InterpreterSpeedSuite:
     params = (CPU_IMPLS, CAUSAL)
     param_names = (metrics.IMPL_PARAM, "causal")
     timeout = GRID_TIMEOUT_S
+
+    def setup(self, cache, *combo):
+        lookup(cache, ("forward", *combo))  # not measured: skipped (NaN) here, not failed (_common)
 
     def setup_cache(self) -> dict:
         use_interpreter()
