@@ -331,7 +331,9 @@ def test_slowdown_sensitivity_on_an_a_a_pair(toy, policy):
     loaded, shas = toy
     table = slowdown_sensitivity(loaded, shas["base"], shas["same"], TOY_MACHINE, policy,
                                  factors=(1.0, 1.5))
-    assert list(table.columns) == ["factor", "rows", "flagged", "fraction"]
+    assert list(table.columns) == [
+        "factor", "rows", "flagged", "fraction", "groups", "groups_flagged", "blocks"
+    ]
     unchanged, slowed = table.to_dict("records")
     # One safeattn speed row in the toy suite (the peer is context).
     assert unchanged["rows"] == slowed["rows"] == 1
@@ -346,3 +348,54 @@ def test_a_head_value_of_zero_is_an_improvement_not_a_crash():
     assert c._inverse(0.0) == float("inf")
     assert c._times(c._inverse(0.0)) == "inf x"
     assert c._inverse(4.0) == 0.25
+
+
+def _speed_rows(ratios, peer=False):
+    return [
+        {
+            "machine": "m", "benchmark": "speed.S.track_forward_ms", "suite": "speed.S",
+            "metric": "forward_ms", "kind": "speed", "peer": peer, "env_name": "e",
+            "better": "lower", "ratio": r,
+        }
+        for r in ratios
+    ]
+
+
+def test_group_row_catches_a_broad_slowdown_that_no_single_row_shows(policy):
+    """Every row 4% slower: no row passes max_ratio, the benchmark's geometric mean does."""
+    from safeattn.regress.compare import GROUP_PARAM_KEY, group_rows
+
+    kp = policy.kinds["speed"]
+    assert kp.max_group_ratio < 1.04 < kp.max_ratio
+    (row,) = group_rows(_speed_rows([1.04] * 16), policy)
+    assert row["param_key"] == GROUP_PARAM_KEY and row["verdict"] == "regression"
+    assert row["ratio"] == pytest.approx(1.04) and "16 rows" in row["reason"]
+    (row,) = group_rows(_speed_rows([1 / 1.04] * 16), policy)
+    assert row["verdict"] == "improvement"
+
+
+def test_group_row_ignores_one_noisy_row_peers_and_small_groups(policy):
+    """One row 12% off (an A/A flip seen on the H200) leaves the mean within the limit;
+    peers never form a group; fewer than min_group_rows rows give no group verdict."""
+    from safeattn.regress.compare import group_rows
+
+    (row,) = group_rows(_speed_rows([1.12] + [1.0] * 31), policy)
+    assert row["verdict"] == "unchanged"
+    assert group_rows(_speed_rows([1.5] * 32, peer=True), policy) == []
+    few = policy.kinds["speed"].min_group_rows - 1
+    assert group_rows(_speed_rows([1.5] * few), policy) == []
+
+
+def test_aa_report_counts_false_alarms(tmp_path_factory, capsys):
+    """``python -m safeattn.regress.aa``: an A/A pair exits 0 with its sensitivity table,
+    a pair with a real slowdown exits 1 and names it; an unknown commit exits 2."""
+    from safeattn.regress import aa
+
+    results, shas = toy_results(tmp_path_factory)
+    args = ["--results", str(results), "--machine", TOY_MACHINE]
+    assert aa.main([*args, shas["base"], shas["same"]]) == 0
+    out = capsys.readouterr().out
+    assert "0 false alarm(s)" in out and "gate blocks" in out
+    assert aa.main([*args, shas["base"], shas["slow"]]) == 1
+    assert "[regression]" in capsys.readouterr().out
+    assert aa.main([*args, shas["base"], "f" * 40]) == 2
