@@ -31,29 +31,18 @@ How the time is measured, and why it is reported through ``track_*``:
   compiled once); each ``track_*`` process only looks its entry up (benchmarks/_common.py).
 
 Cost of one commit's GPU suites (``run.py --suite gpu``; run.py prints each suite's wall
-time and, as it goes, every grid entry's seconds). Measured so far, on an H200 (commit
-ed3fc95, ``--same``, the first real run): LiveResourcesSuite 44 s; NumericsSuite 380 s with two
-trials per entry (one now); StaticAuditSuite 83 s (a CPU suite: it needs no GPU and is left
-to CPU machines by ``--suite gpu``). Speed and memory have not run on a GPU yet; estimates,
-from ~1 s per Triton compile of one kernel config on that machine (LiveResources: ~44
-compiles plus tuning in 44 s; 2.3-3.3 s per config cross-compiled on a busy 2-core CPU):
+time and, as it goes, every grid entry's seconds). Measured on an H200 (16 cores), offline,
+asv's virtualenv mode, ``gpu_history.sh 8`` (results/nvidia-h200, commits 0ef47cb..f671ea6):
 
-- SpeedSuite, fresh machine: safeattn ~2 min (8 constexpr variants × ~11 candidate configs
-  compiled, 32 tuning keys timed, 96 timed entries of 33 calls); SDPA peers ~0.5 min (no
-  compile); FlexAttention 16 shapes × a forward+backward compile, 10-20 s each: 3-5 min.
-  That is why FlexAttention runs at head_dim 128 only (``_common.FLEX_HEAD_DIMS``; the
-  other entries are NaN, "pruned"): all 32 shapes would take the suite past one 10-minute
-  device call. With Triton's and Inductor's caches warm: ~2 min.
-- MemorySuite: ~1.5 min after SpeedSuite (kernels cached, tuning repeated).
-- NumericsSuite, one trial: ~4-5 min fresh (~18 safeattn specialisations × ~11 candidate
-  configs compiled: ~230 s), ~1-2 min with warm caches.
-
-So a fresh machine needs ~10-13 min for one commit: two device calls, e.g.
-``gpu_history.sh`` with ``SAFEATTN_HISTORY_BUDGET_S=480`` twice, the second resuming
-(``--skip-existing``) at the first suite not yet measured; later commits on a machine kept
-warm need ~5-6 min. The next lever, if numerics still dominates: its safeattn entries in
-single-config mode (``SAFEATTN_AUTOTUNE=0``, ~4 compiles per specialisation instead of ~11),
-which changes which config the numerics see (the first fitting one, not the tuner's pick).
+- ``benchmarks/prewarm.py`` first (once): the 84 compiling calls (safeattn and
+  FlexAttention speed shapes, safeattn and FlexAttention numerics cases) in 12 processes,
+  84 s. Without it the suites compiled one kernel at a time (~1 s per Triton config,
+  10-20 s per FlexAttention shape): an estimated 10-13 minutes for a fresh machine's first
+  commit (estimated before the prewarm existed, never measured in full).
+- first commit after it: 354 s (LiveResources 57, Speed 143, Memory 32, Numerics 120);
+  later commits 141-329 s (LiveResources ~11, Speed ~60, Memory ~30, Numerics 40-226).
+- FlexAttention still runs at head_dim 128 only (``_common.FLEX_HEAD_DIMS``; the other
+  entries are NaN, "pruned"): each shape costs a forward+backward compile.
 
 A peer that cannot run a shape (e.g. a backend without GQA support) reports NaN, with the
 backend's error as the reason on stderr; it is not pruned from the grid, because which

@@ -24,3 +24,17 @@ def test_numerics_table_lists_safeattn_first():
         if table:
             header = next(line for line in table.splitlines() if line.startswith("| family"))
             assert header.split("|")[2].strip() == "safeattn"
+
+
+def test_speed_table_lists_the_peers_measured_beside_safeattn():
+    """The speed table's ratios come from the same commit's safeattn and peer rows."""
+    loaded = report.load_results(REPO / "results")
+    for machine in loaded.machines:
+        table = report.speed_table(loaded, machine)
+        if not table:
+            continue
+        commit, rows = report._speed_rows(loaded, machine)
+        assert f"`{commit[:8]}`" in table
+        peers = sorted(set(rows["impl"]) - {"safeattn"})
+        header = next(line for line in table.splitlines() if line.startswith("| pass"))
+        assert sorted(c.strip() for c in header.split("|")[2:-1]) == peers

@@ -28,7 +28,11 @@ def _newest_commit(loaded: LoadedResults, machine: str, suite: str) -> str | Non
     rows = rows[rows["status"] == "ok"]
     if rows.empty:
         return None
-    return str(rows.sort_values("date")["commit"].iloc[-1])
+    # The loader's commit order (asv's, by commit date and history), not the date alone:
+    # commits made within one second share a date.
+    commits = loaded.commits[loaded.commits["machine"] == machine]
+    order = dict(zip(commits["commit"], commits["order"], strict=True))
+    return str(max(set(rows["commit"]), key=lambda c: order.get(c, -1)))
 
 
 def _rate(x: float) -> str:
@@ -72,10 +76,77 @@ def numerics_table(loaded: LoadedResults, machine: str) -> str:
     return "\n".join(lines)
 
 
+SPEED_SUITE = "speed.SpeedSuite"
+SPEED_PASSES = ("forward_ms", "backward_ms", "fwd_bwd_ms")
+SHAPE_PARAMS = ("head_dim", "seq_len", "causal", "gqa")
+
+
+def _speed_rows(loaded: LoadedResults, machine: str) -> tuple[str | None, pd.DataFrame]:
+    commit = _newest_commit(loaded, machine, SPEED_SUITE)
+    t = loaded.table
+    if commit is None:
+        return None, t.iloc[0:0]
+    rows = t[(t["machine"] == machine) & (t["suite"] == SPEED_SUITE) & (t["commit"] == commit)]
+    return commit, rows[rows["status"] == "ok"]
+
+
+def _peer_over_own(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Per shape (dtype + SHAPE_PARAMS): peer time / safeattn time, one column per peer."""
+    keys = ["dtype", *SHAPE_PARAMS]
+    wide = rows[rows["metric"] == metric].pivot_table(index=keys, columns="impl", values="value")
+    if OWN_IMPL not in wide.columns:
+        return wide.iloc[0:0]
+    peers = [p for p in PEERS if p in wide.columns]
+    return wide[peers].div(wide[OWN_IMPL], axis=0).assign(**{OWN_IMPL: wide[OWN_IMPL]})
+
+
+def speed_table(loaded: LoadedResults, machine: str) -> str:
+    """Peer time / safeattn time (above 1: safeattn faster) at the machine's newest commit
+    with GPU speed results: the geometric mean per pass, then forward+backward per bf16
+    shape; '' when there is none."""
+    commit, rows = _speed_rows(loaded, machine)
+    if commit is None or rows.empty:
+        return ""
+    lines = [
+        f"Speed on `{machine}` at `{commit[:8]}`: peer time / safeattn time (above 1: "
+        "safeattn is faster); B·N = 16k tokens, H·D = 2048, fp16 and bf16:",
+        "",
+    ]
+    peers = [p for p in PEERS if p in set(rows["impl"])]
+    lines += ["| pass | " + " | ".join(peers) + " |", "|---|" + "---|" * len(peers)]
+    for metric in SPEED_PASSES:
+        ratios = _peer_over_own(rows, metric)
+        cells = []
+        for peer in peers:
+            col = ratios[peer].dropna() if peer in ratios.columns else pd.Series(dtype=float)
+            gm = math.exp(col.map(math.log).mean()) if len(col) else math.nan
+            cells.append("–" if math.isnan(gm) else f"{gm:.2f} (n={len(col)})")
+        lines.append(f"| {metric.removesuffix('_ms')} | " + " | ".join(cells) + " |")
+    ratios = _peer_over_own(rows, "fwd_bwd_ms")
+    bf16 = ratios.xs("bfloat16", level="dtype") if len(ratios) else ratios
+    lines += [
+        "",
+        "Forward+backward, bf16, per shape (safeattn in ms; peers as ratios; – = cannot run "
+        "the shape, or FlexAttention not measured at this head dim):",
+        "",
+        "| D | N | causal | GQA | safeattn ms | " + " | ".join(peers) + " |",
+        "|---|---|---|---|---|" + "---|" * len(peers),
+    ]
+    for shape, row in bf16.iterrows():
+        d, n, causal, gqa = shape
+        cells = [_rate(round(row[p], 2)) if p in row.index else "–" for p in peers]
+        lines.append(
+            f"| {d} | {n} | {causal} | {gqa} | {row[OWN_IMPL]:.3f} | " + " | ".join(cells) + " |"
+        )
+    return "\n".join(lines)
+
+
 def readme_block(results_dir: str | Path) -> str:
     """Every table this module makes, for each machine with results, in machine order."""
     loaded = load_results(results_dir)
-    parts = [numerics_table(loaded, m) for m in sorted(loaded.machines)]
+    parts = []
+    for machine in sorted(loaded.machines):
+        parts += [speed_table(loaded, machine), numerics_table(loaded, machine)]
     parts = [p for p in parts if p]
     if not parts:
         return "No GPU results yet: run `python benchmarks/run.py` on a GPU machine."
