@@ -372,8 +372,9 @@ def group_rows(rows: list[dict[str, Any]], policy: Policy) -> list[dict[str, Any
 
     Why: between two runs of the same kernels on a GPU, single rows move by up to 1.12x
     (H200, consecutive commits in results/nvidia-h200: the tuner's near-tied configs,
-    clocks), while the geometric mean of a benchmark's 32 rows moved by at most 1.4%. So a single row must
-    be far off to count (``max_ratio``), and a broad slowdown is caught by the mean:
+    clocks), while the geometric mean of a benchmark's 32 rows moved by at most 1.4%. So a
+    single row must be far off to count (``max_ratio``), and a broad slowdown is caught by
+    the mean:
     ``regression`` when the geometric mean of the rows' ratios exceeds ``max_group_ratio``
     and more than half of the rows are slower; ``improvement`` symmetrically. Needs
     ``min_group_rows`` rows with a ratio on both commits (fewer: no group row).
