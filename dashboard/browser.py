@@ -223,7 +223,16 @@ class Chromium:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
-        self._profile.cleanup()
+        # Chromium's helper processes can still write into the profile for a moment after
+        # the browser process has exited ("Directory not empty: 'Default'"): retry a while.
+        for _ in range(20):
+            try:
+                self._profile.cleanup()
+                break
+            except OSError:
+                time.sleep(0.25)
+        else:
+            shutil.rmtree(self._profile.name, ignore_errors=True)
 
     def __enter__(self) -> Chromium:
         return self

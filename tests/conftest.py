@@ -3,7 +3,8 @@
 By default the tests run on the CPU with the Triton kernels under the interpreter
 (``TRITON_INTERPRET=1`` is set here before anything imports Triton) at small shapes.
 ``pytest --gpu`` runs the same files on a CUDA device at realistic shapes, plus the tests
-marked ``gpu``.
+marked ``gpu``. Tests marked ``slow`` run with ``--runslow`` and on CI (``CI=true``, set by
+``.ci/run``); a plain local ``pytest`` skips them.
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     gpu = config.getoption("--gpu")
-    slow = config.getoption("--runslow")
+    slow = config.getoption("--runslow") or os.environ.get("CI") == "true"
     for item in items:
         if "gpu" in item.keywords and not gpu:
             item.add_marker(pytest.mark.skip(reason="needs --gpu (a CUDA device)"))
         if "slow" in item.keywords and not slow:
-            item.add_marker(pytest.mark.skip(reason="slow; pass --runslow"))
+            item.add_marker(pytest.mark.skip(reason="slow; pass --runslow (CI=true runs it)"))
 
 
 @pytest.fixture(scope="session")

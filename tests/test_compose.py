@@ -26,8 +26,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,19 +33,16 @@ from typing import Any
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
-# `dashboard` is not an installed package (only `safeattn` is): import it from the checkout.
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+# _serve also puts the checkout on sys.path: `dashboard` is not an installed package.
+from _serve import ON_CI, REPO, http_get, require_chromium, wait_for_health
 
-from dashboard.browser import Chromium, find_chromium, free_port  # noqa: E402
+from dashboard.browser import Chromium, free_port
 
 COMPOSE_FILE = REPO / "docker-compose.yml"
 RESULTS_ENV = "SAFEATTN_RESULTS"  # the results directory, in both services
 PORT_ENV = "STREAMLIT_SERVER_PORT"
 ADDRESS_ENV = "STREAMLIT_SERVER_ADDRESS"
 SRC_ENV = "SAFEATTN_SRC"  # the bench service's mounted checkout
-ON_CI = os.environ.get("CI") == "true"
 HEALTH_TIMEOUT_S = 90.0
 
 
@@ -103,11 +98,6 @@ def tree_digest(root: Path) -> str:
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
-
-
-def _get(url: str) -> tuple[int, str]:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return response.status, response.read().decode(errors="replace")
 
 
 def require_docker_compose() -> str:
@@ -204,20 +194,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     with open(log_path, "wb") as log:
         server = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + HEALTH_TIMEOUT_S
-        while True:
-            try:
-                if _get(f"{base}/_stcore/health")[1].strip() == "ok":
-                    break
-            except OSError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(
-                    f"the dashboard service's command {command} did not answer ok on "
-                    f"{base}/_stcore/health (exit code {server.poll()}):\n"
-                    + log_path.read_text(errors="replace")[-4000:]
-                )
-            time.sleep(0.3)
+        wait_for_health(base, server, log_path, HEALTH_TIMEOUT_S,
+                        f"the dashboard service's command {command}")
         yield {
             "base": base, "env": env, "results": results, "digest": tree_digest(results),
             "machines": sorted(p.parent.name for p in results.glob("*/machine.json")),
@@ -238,20 +216,16 @@ def run_healthcheck(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 def test_dashboard_service_answers_and_passes_its_health_check(served: dict[str, Any]) -> None:
-    status, body = _get(f"{served['base']}/_stcore/health")
+    status, body = http_get(f"{served['base']}/_stcore/health")
     assert (status, body.strip()) == (200, "ok")
-    status, page = _get(served["base"] + "/")
+    status, page = http_get(served["base"] + "/")
     assert status == 200 and '<div id="root">' in page, page[:500]
     check = run_healthcheck(served["env"])
     assert check.returncode == 0, check.stdout + check.stderr
 
 
 def test_dashboard_service_shows_every_machine_in_chromium(served: dict[str, Any]) -> None:
-    chromium = find_chromium()
-    if chromium is None:
-        if ON_CI:
-            pytest.fail("Chromium is missing on CI: .ci/run installs Debian's chromium package")
-        pytest.skip("no Chromium on this machine (apt-get install -y chromium)")
+    chromium = require_chromium()
     assert served["machines"], f"no asv machine directories in {served['results']}"
     # A deep link as the server's first page view, as a shared URL after a restart is:
     # the pages must import dashboard.* without the entry script having run before.

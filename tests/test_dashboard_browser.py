@@ -8,32 +8,24 @@ them elsewhere). With ``CI=true`` a missing Chromium is a failure, not a skip.
 from __future__ import annotations
 
 import os
-import sys
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-# `dashboard` is not an installed package (only `safeattn` is): import it from the checkout.
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+# _serve also puts the checkout on sys.path: `dashboard` is not an installed package.
+from _serve import require_chromium
 
-from dashboard.browser import Chromium, find_chromium, serve  # noqa: E402
-from dashboard.sample_results import cached_sample_results  # noqa: E402
-from dashboard.views import PAGES, page_path  # noqa: E402
+from dashboard.browser import Chromium, serve
+from dashboard.sample_results import cached_sample_results
+from dashboard.views import PAGES, page_path
 
 pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
 def chromium() -> str:
-    path = find_chromium()
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("Chromium is missing on CI: .ci/run installs Debian's chromium package")
-        pytest.skip("no Chromium on this machine (apt-get install -y chromium)")
-    return path
+    return require_chromium()
 
 
 @pytest.fixture(scope="module")
