@@ -76,6 +76,7 @@ class StaticAuditSuite:
                 dtypes=[getattr(torch, d) for d in AUDIT_DTYPES],
                 head_dims=AUDIT_HEAD_DIMS,
                 workers=os.cpu_count() or 1,
+                progress=progress,  # minutes of compiles on a CPU: show them going
             )
         except Exception as exc:  # e.g. a commit that predates the audit or a kernel
             reason = Missing(reason_of(exc))

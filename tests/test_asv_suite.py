@@ -193,6 +193,8 @@ def test_asv_wrote_results_for_head(asv_run):
     for suite in run.GROUPS["cpu"]:
         assert f"[run] {suite} on {asv_run.commit[:8]}: " in asv_run.log, suite
     assert "[numerics-cpu] grid measured in" in asv_run.log
+    # The static audit's compiles report as they go (minutes on a CPU without it: silence).
+    assert re.search(r"\[audit\] \d+/\d+ compiled", asv_run.log), asv_run.log[-2000:]
 
 
 @pytest.mark.parametrize("bench_name", sorted(CPU_BENCHMARKS))
