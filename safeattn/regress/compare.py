@@ -364,7 +364,7 @@ def compare(
     return frame
 
 
-GROUP_PARAM_KEY = "geomean of safeattn rows"
+GROUP_PARAM_KEY = "impl=safeattn geomean=all-rows"  # "impl=" like every safeattn row
 
 
 def group_rows(rows: list[dict[str, Any]], policy: Policy) -> list[dict[str, Any]]:
