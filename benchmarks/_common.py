@@ -32,6 +32,8 @@ import importlib.util
 import math
 import os
 import sys
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -208,6 +210,48 @@ def reason_of(exc: BaseException) -> str:
     """A one-line reason from an exception (first line of its message)."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def measure_grid(
+    tag: str,
+    combos: Iterable[tuple],
+    measure: Callable[..., Any],
+    describe: Callable[[Any], str],
+    label: Callable[[tuple], str] = str,
+    after: Callable[[], Any] | None = None,
+) -> dict:
+    """A suite's ``setup_cache`` loop: ``{combo: measure(*combo)}``, with a :class:`Missing`
+    reason where ``measure`` raises (one entry failing must not lose the others), a progress
+    line per entry (``label(combo)``, ``describe(value)``, its seconds) and one for the whole
+    grid. ``after()`` runs after every entry (the GPU suites free cached memory there)."""
+    measured: dict = {}
+    grid_start = time.perf_counter()
+    for combo in combos:
+        start = time.perf_counter()
+        try:
+            measured[combo] = measure(*combo)
+            summary = describe(measured[combo])
+        except Exception as exc:  # a peer refusing a shape, a commit lacking an API
+            measured[combo] = Missing(reason_of(exc))
+            summary = f"not measured: {reason_of(exc)}"
+        progress(f"[{tag}] {label(combo)}: {summary} ({time.perf_counter() - start:.1f} s)")
+        if after is not None:
+            after()
+    progress(f"[{tag}] grid measured in {time.perf_counter() - grid_start:.0f} s")
+    return measured
+
+
+def unless_pruned(measure: Callable[..., Any]) -> Callable[..., Any]:
+    """``measure(impl, dtype, head_dim, ...)`` for the speed/memory grids that raises
+    ``NotImplementedError`` with :func:`pruned_reason` for a pruned entry instead."""
+
+    def checked(impl: str, dtype: str, head_dim: int, *rest: Any) -> Any:
+        reason = pruned_reason(impl, head_dim)
+        if reason is not None:
+            raise NotImplementedError(reason)
+        return measure(impl, dtype, head_dim, *rest)
+
+    return checked
 
 
 def lookup(cache: dict, key: tuple) -> Any:

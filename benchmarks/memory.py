@@ -18,22 +18,19 @@ A peer that cannot run a shape reports NaN with its error as the reason (see spe
 from __future__ import annotations
 
 import itertools
-import time
 
 from ._common import (
     GRID_TIMEOUT_S,
-    Missing,
     attention_call,
     attention_inputs,
     cuda_usable,
     impl_context,
     lookup,
+    measure_grid,
     metrics,
-    progress,
-    pruned_reason,
-    reason_of,
     require_cuda,
     tracks_metric,
+    unless_pruned,
 )
 from .speed import CAUSAL, GPU_DTYPES, GPU_HEAD_DIMS, GPU_IMPLS, GPU_SEQ_LENS, GQA
 
@@ -72,23 +69,13 @@ class MemorySuite:
         require_cuda()
         import torch
 
-        measured: dict = {}
-        grid_start = time.perf_counter()
-        for combo in itertools.product(*self.params):
-            start = time.perf_counter()
-            reason = pruned_reason(combo[0], combo[2])
-            try:
-                if reason is not None:
-                    raise NotImplementedError(reason)
-                measured[combo] = _peak_extra_bytes(*combo)
-                summary = f"{measured[combo] / 2**20:.1f} MiB"
-            except Exception as exc:  # one impl/shape failing must not lose the others
-                measured[combo] = Missing(reason_of(exc))
-                summary = f"not measured: {reason_of(exc)}"
-            progress(f"[memory] {combo}: {summary} ({time.perf_counter() - start:.1f} s)")
-            torch.cuda.empty_cache()
-        progress(f"[memory] grid measured in {time.perf_counter() - grid_start:.0f} s")
-        return measured
+        return measure_grid(
+            "memory",
+            itertools.product(*self.params),
+            unless_pruned(_peak_extra_bytes),
+            describe=lambda n: f"{n / 2**20:.1f} MiB",
+            after=torch.cuda.empty_cache,
+        )
 
     @tracks_metric
     def track_peak_extra_bytes(self, cache, *combo):

@@ -26,20 +26,17 @@ tests/test_asv_suite.py checks that these names match the package's.
 from __future__ import annotations
 
 import itertools
-import time
 
 from ._common import (
     GRID_TIMEOUT_S,
-    Missing,
     compiled_flex,
     cuda_usable,
     dtype_of,
     impl_context,
     lookup,
+    measure_grid,
     metrics,
-    progress,
     quick,
-    reason_of,
     require_cuda,
     tracks_metric,
     use_interpreter,
@@ -118,24 +115,20 @@ def _impl(name: str):
 
 
 def _measure(grid: list, device: str, size: str, trials: int, tag: str) -> dict:
-    from safeattn import families
+    def rates(family: str, impl: str, dtype: str) -> dict[str, float]:
+        from safeattn import families
 
-    measured: dict = {}
-    grid_start = time.perf_counter()
-    for family, impl, dtype in itertools.product(*grid):
-        start = time.perf_counter()
-        try:
-            with impl_context(impl):
-                values = families.rates(family, _impl(impl), dtype_of(dtype), device, trials, size)
-            measured[(family, impl, dtype)] = dict(zip(RATES, map(float, values), strict=True))
-            summary = " ".join(f"{k}={v:.3g}" for k, v in measured[(family, impl, dtype)].items())
-        except Exception as exc:  # a peer refusing a case, or a commit lacking a family
-            measured[(family, impl, dtype)] = Missing(reason_of(exc))
-            summary = f"not measured: {reason_of(exc)}"
-        seconds = time.perf_counter() - start
-        progress(f"[{tag}] {family} {impl} {dtype}: {summary} ({seconds:.1f} s)")
-    progress(f"[{tag}] grid measured in {time.perf_counter() - grid_start:.0f} s")
-    return measured
+        with impl_context(impl):
+            values = families.rates(family, _impl(impl), dtype_of(dtype), device, trials, size)
+        return dict(zip(RATES, map(float, values), strict=True))
+
+    return measure_grid(
+        tag,
+        itertools.product(*grid),
+        rates,
+        describe=lambda r: " ".join(f"{k}={v:.3g}" for k, v in r.items()),
+        label=" ".join,
+    )
 
 
 class NumericsSuite:

@@ -63,14 +63,13 @@ from ._common import (
     cuda_usable,
     impl_context,
     lookup,
+    measure_grid,
     metrics,
-    progress,
-    pruned_reason,
     quick,
-    reason_of,
     require_cuda,
     sample_result,
     tracks_metric,
+    unless_pruned,
     use_interpreter,
 )
 
@@ -87,6 +86,20 @@ PASSES = ("forward", "backward", "fwd_bwd")
 # Tiny interpreter problem: (B, H, N, D), float32.
 CPU_SHAPE = (1, 2, 64, 32)
 CPU_IMPLS = [metrics.OWN_IMPL, "reference"]
+
+
+def _medians(times: dict[str, list[float]]) -> str:
+    return " ".join(f"{n}={sorted(t)[len(t) // 2]:.3f}ms" for n, t in times.items())
+
+
+def per_pass(by_combo: dict) -> dict:
+    """``{(pass, *combo): samples}`` from ``{combo: {pass: samples}}``; a combo's
+    :class:`Missing` reason goes to each of its passes."""
+    return {
+        (name, *combo): value if isinstance(value, Missing) else value[name]
+        for combo, value in by_combo.items()
+        for name in PASSES
+    }
 
 
 def _gpu_times(impl: str, dtype: str, head_dim: int, seq_len: int, causal: bool, gqa: int):
@@ -127,26 +140,14 @@ class SpeedSuite:
         require_cuda()
         import torch
 
-        measured: dict = {}
-        grid_start = time.perf_counter()
-        for combo in itertools.product(*self.params):
-            start = time.perf_counter()
-            reason = pruned_reason(combo[0], combo[2])
-            try:
-                if reason is not None:
-                    raise NotImplementedError(reason)
-                times = _gpu_times(*combo)
-                for name in PASSES:
-                    measured[(name, *combo)] = times[name]
-                summary = " ".join(f"{n}={sorted(t)[len(t) // 2]:.3f}ms" for n, t in times.items())
-            except Exception as exc:  # one impl/shape failing must not lose the others
-                for name in PASSES:
-                    measured[(name, *combo)] = Missing(reason_of(exc))
-                summary = f"not measured: {reason_of(exc)}"
-            progress(f"[speed] {combo}: {summary} ({time.perf_counter() - start:.1f} s)")
-            torch.cuda.empty_cache()
-        progress(f"[speed] grid measured in {time.perf_counter() - grid_start:.0f} s")
-        return measured
+        by_combo = measure_grid(
+            "speed",
+            itertools.product(*self.params),
+            unless_pruned(_gpu_times),
+            describe=_medians,
+            after=torch.cuda.empty_cache,
+        )
+        return per_pass(by_combo)
 
     @tracks_metric
     def track_forward_ms(self, cache, *combo):
@@ -214,16 +215,8 @@ class InterpreterSpeedSuite:
 
     def setup_cache(self) -> dict:
         use_interpreter()
-        measured: dict = {}
-        for combo in itertools.product(*self.params):
-            try:
-                times = _cpu_times(*combo)
-                for name in PASSES:
-                    measured[(name, *combo)] = times[name]
-            except Exception as exc:  # e.g. a commit whose safeattn lacks this API yet
-                for name in PASSES:
-                    measured[(name, *combo)] = Missing(reason_of(exc))
-        return measured
+        by_combo = measure_grid("speed-cpu", itertools.product(*self.params), _cpu_times, _medians)
+        return per_pass(by_combo)
 
     @tracks_metric
     def track_forward_ms(self, cache, *combo):

@@ -4,6 +4,7 @@ mode, through benchmarks/run.py) and the result files it wrote."""
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import math
 import re
@@ -60,6 +61,54 @@ def test_gpu_suites_are_pruned_without_a_gpu():
         (numerics, "NumericsSuite"),
     ]:
         assert hasattr(module, name) == usable, f"{module.__name__}.{name}"
+
+
+def _with_gpu_suites(module: str, monkeypatch):
+    """A fresh copy of ``benchmarks.<module>`` as a GPU machine imports it (its GPU suite
+    kept), with CUDA itself faked: for testing the suites' bookkeeping on a CPU."""
+    monkeypatch.setattr(common, "cuda_usable", lambda: True)
+    spec = importlib.util.spec_from_file_location(
+        f"benchmarks._gpu_copy_{module}", REPO / "benchmarks" / f"{module}.py"
+    )
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    monkeypatch.setattr(copy, "require_cuda", lambda: None)
+    return copy
+
+
+def test_gpu_grids_record_a_value_or_a_reason_for_every_entry(monkeypatch):
+    """SpeedSuite's and MemorySuite's setup_cache with the measurement replaced: every grid
+    entry (speed: every pass of it) holds a value, or a Missing reason for a pruned
+    FlexAttention head dim and for a shape the implementation refuses."""
+    gpu_speed = _with_gpu_suites("speed", monkeypatch)
+    gpu_memory = _with_gpu_suites("memory", monkeypatch)
+
+    def measuring(value):
+        def measure(impl, dtype, head_dim, seq_len, causal, gqa):
+            if impl == "sdpa_efficient" and gqa > 1:
+                raise RuntimeError("No available kernel. Aborting execution.")
+            return value
+
+        return measure
+
+    times = {name: [1.0, 2.0, 3.0] for name in speed.PASSES}
+    monkeypatch.setattr(gpu_speed, "_gpu_times", measuring(times))
+    monkeypatch.setattr(gpu_memory, "_peak_extra_bytes", measuring(2**20))
+    timed = gpu_speed.SpeedSuite().setup_cache()
+    peaks = gpu_memory.MemorySuite().setup_cache()
+
+    combos = list(itertools.product(*gpu_speed.SpeedSuite.params))
+    assert set(timed) == {(name, *c) for c in combos for name in speed.PASSES}
+    assert set(peaks) == set(combos)
+    for combo in combos:
+        impl, head_dim, gqa = combo[0], combo[2], combo[5]
+        for value in [peaks[combo], *(timed[(name, *combo)] for name in speed.PASSES)]:
+            if impl == "flex" and head_dim not in common.FLEX_HEAD_DIMS:
+                assert isinstance(value, common.Missing) and "pruned" in value.reason
+            elif impl == "sdpa_efficient" and gqa > 1:
+                assert isinstance(value, common.Missing) and "No available kernel" in value.reason
+            else:
+                assert value in ([1.0, 2.0, 3.0], 2**20), (combo, value)
 
 
 def test_gpu_problem_follows_design_md():

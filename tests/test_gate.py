@@ -199,18 +199,13 @@ def test_command_line_exit_codes(toy):
 def _mutate(obj, rng, depth: int = 0) -> None:
     """Replace one value somewhere inside a JSON document with a value of another type."""
     junk = [None, 1, "x", [], {}, [1, 2], float("nan"), True, -1.5]
-    if isinstance(obj, dict) and obj:
-        key = rng.choice(list(obj))
-        if rng.random() < 0.6 and depth < 5 and isinstance(obj[key], (dict, list)):
-            _mutate(obj[key], rng, depth + 1)
-        else:
-            obj[key] = rng.choice(junk)
-    elif isinstance(obj, list) and obj:
-        i = rng.randrange(len(obj))
-        if rng.random() < 0.6 and depth < 5 and isinstance(obj[i], (dict, list)):
-            _mutate(obj[i], rng, depth + 1)
-        else:
-            obj[i] = rng.choice(junk)
+    if not (isinstance(obj, (dict, list)) and obj):
+        return
+    slot = rng.choice(list(obj)) if isinstance(obj, dict) else rng.randrange(len(obj))
+    if rng.random() < 0.6 and depth < 5 and isinstance(obj[slot], (dict, list)):
+        _mutate(obj[slot], rng, depth + 1)
+    else:
+        obj[slot] = rng.choice(junk)
 
 
 def test_damaged_files_never_crash_the_gate(toy, tmp_path, capsys):

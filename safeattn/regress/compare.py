@@ -374,10 +374,10 @@ def group_rows(rows: list[dict[str, Any]], policy: Policy) -> list[dict[str, Any
     (H200, consecutive commits in results/nvidia-h200: the tuner's near-tied configs,
     clocks), while the geometric mean of a benchmark's 32 rows moved by at most 1.4%. So a
     single row must be far off to count (``max_ratio``), and a broad slowdown is caught by
-    the mean:
-    ``regression`` when the geometric mean of the rows' ratios exceeds ``max_group_ratio``
-    and more than half of the rows are slower; ``improvement`` symmetrically. Needs
-    ``min_group_rows`` rows with a ratio on both commits (fewer: no group row).
+    the mean: ``regression`` when the geometric mean of the rows' ratios exceeds
+    ``max_group_ratio`` and more than half of the rows are slower; ``improvement``
+    symmetrically. Needs ``min_group_rows`` rows with a ratio on both commits (fewer: no
+    group row).
     """
     kp = policy.kinds["speed"]
     by_benchmark: dict[str, list[dict[str, Any]]] = {}
@@ -386,7 +386,8 @@ def group_rows(rows: list[dict[str, Any]], policy: Policy) -> list[dict[str, Any
         if own_speed and _finite(row["ratio"]) and row["ratio"] > 0:
             by_benchmark.setdefault(row["benchmark"], []).append(row)
     out = []
-    for _, members in sorted(by_benchmark.items()):
+    for benchmark in sorted(by_benchmark):
+        members = by_benchmark[benchmark]
         if len(members) < kp.min_group_rows:
             continue
         ratios = [r["ratio"] for r in members]
