@@ -46,6 +46,13 @@ QUICK_ENV = "SAFEATTN_BENCH_QUICK"
 # A setup_cache measures a whole grid; asv's default 60 s timeout is per benchmark process.
 GRID_TIMEOUT_S = 1800
 
+# asv's default benchmark version is a hash of the benchmark's own source (track_, setup,
+# setup_cache). A change in a shared helper that changes what is measured (the timing in
+# cuda_event_samples, the shapes of gpu_problem, the families, the fp64 reference) would not change
+# it, while a pure refactor of a suite would, and asv's own tools (publish, compare) drop
+# results whose version differs from the suite's. So every suite names its version (a class
+# attribute, asv's convention): bump that suite's string when what it measures changes.
+
 
 def restore_pythonpath() -> list[str]:
     """Put ``PYTHONPATH``'s entries back on ``sys.path`` (front, in order) when asv took them

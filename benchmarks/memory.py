@@ -61,6 +61,7 @@ class MemorySuite:
     params = (GPU_IMPLS, GPU_DTYPES, GPU_HEAD_DIMS, GPU_SEQ_LENS, CAUSAL, GQA)
     param_names = (metrics.IMPL_PARAM, "dtype", "head_dim", "seq_len", "causal", "gqa")
     timeout = GRID_TIMEOUT_S
+    version = "memory-1"  # bump when what it measures changes (see _common)
 
     def setup(self, cache, *combo):
         lookup(cache, combo)  # not measured: skipped (NaN) here, not failed (_common)

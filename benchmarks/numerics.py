@@ -137,6 +137,7 @@ class NumericsSuite:
     params = (FAMILIES, GPU_IMPLS, DTYPES)
     param_names = ("family", metrics.IMPL_PARAM, "dtype")
     timeout = GRID_TIMEOUT_S
+    version = "numerics-1"  # bump when what it measures changes (see _common)
 
     def setup(self, cache, *combo):
         lookup(cache, combo)  # not measured: skipped (NaN) here, not failed (_common)
@@ -168,6 +169,7 @@ class InterpreterNumericsSuite:
     params = (FAMILIES, CPU_IMPLS, DTYPES)
     param_names = ("family", metrics.IMPL_PARAM, "dtype")
     timeout = GRID_TIMEOUT_S
+    version = "numerics-cpu-1"  # bump when what it measures changes (see _common)
 
     def setup(self, cache, *combo):
         lookup(cache, combo)  # not measured: skipped (NaN) here, not failed (_common)

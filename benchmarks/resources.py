@@ -59,6 +59,7 @@ class StaticAuditSuite:
     params = (AUDIT_ARCHS, KERNELS, AUDIT_DTYPES, AUDIT_HEAD_DIMS)
     param_names = ("arch", "kernel", "dtype", "head_dim")
     timeout = GRID_TIMEOUT_S
+    version = "audit-1"  # bump when what it measures changes (see _common)
 
     def setup(self, cache, *combo):
         lookup(cache, combo)  # not measured: skipped (NaN) here, not failed (_common)
@@ -115,6 +116,7 @@ class LiveResourcesSuite:
     params = (KERNELS, LIVE_DTYPES, LIVE_HEAD_DIMS)
     param_names = ("kernel", "dtype", "head_dim")
     timeout = GRID_TIMEOUT_S
+    version = "live-resources-1"  # bump when what it measures changes (see _common)
 
     def setup(self, cache, *combo):
         lookup(cache, combo)  # not measured: skipped (NaN) here, not failed (_common)

@@ -132,6 +132,7 @@ class SpeedSuite:
     params = (GPU_IMPLS, GPU_DTYPES, GPU_HEAD_DIMS, GPU_SEQ_LENS, CAUSAL, GQA)
     param_names = (metrics.IMPL_PARAM, "dtype", "head_dim", "seq_len", "causal", "gqa")
     timeout = GRID_TIMEOUT_S
+    version = "speed-1"  # bump when what it measures changes (see _common)
 
     def setup(self, cache, *combo):
         lookup(cache, ("forward", *combo))  # not measured: skipped (NaN) here, not failed (_common)
@@ -209,6 +210,7 @@ class InterpreterSpeedSuite:
     params = (CPU_IMPLS, CAUSAL)
     param_names = (metrics.IMPL_PARAM, "causal")
     timeout = GRID_TIMEOUT_S
+    version = "speed-cpu-1"  # bump when what it measures changes (see _common)
 
     def setup(self, cache, *combo):
         lookup(cache, ("forward", *combo))  # not measured: skipped (NaN) here, not failed (_common)

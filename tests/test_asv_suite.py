@@ -215,6 +215,35 @@ def test_every_benchmark_follows_the_naming_convention():
         assert bench.unit == metric.unit, bench.name
 
 
+def test_every_suite_names_its_version():
+    # Explicit, not asv's source hash: a refactor must not orphan history, and a shared
+    # helper's change must be able to bump it (benchmarks/_common.py says when). Read from
+    # the source: without a GPU the GPU suites are not defined at import (pruned).
+    import ast
+
+    import asv_runner.discovery as discovery
+
+    versions = {}
+    for path in (REPO / "benchmarks").glob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) and node.name in run.SUITES:
+                assigned = {
+                    target.id: stmt.value
+                    for stmt in node.body
+                    if isinstance(stmt, ast.Assign)
+                    for target in stmt.targets
+                    if isinstance(target, ast.Name)
+                }
+                assert "version" in assigned, f"{node.name} has no version of its own"
+                versions[node.name] = ast.literal_eval(assigned["version"])
+    assert set(versions) == set(run.SUITES)
+    assert len(set(versions.values())) == len(versions), versions  # distinct per suite
+    found = list(discovery.disc_benchmarks(str(REPO / "benchmarks")))
+    assert found
+    for bench in found:
+        assert bench.version == versions[bench.name.split(".")[1]], bench.name
+
+
 # --- a real asv run of the CPU-capable part -----------------------------------------------
 
 
@@ -241,6 +270,13 @@ def test_asv_wrote_results_for_head(asv_run):
     # Per-suite wall times, and the suites' progress echoed while asv ran.
     for suite in run.GROUPS["cpu"]:
         assert f"[run] {suite} on {asv_run.commit[:8]}: " in asv_run.log, suite
+    # asv stored each suite's explicit version with its results (not a hash of the source).
+    columns = data["result_columns"]
+    for name, row in data["results"].items():
+        version = dict(zip(columns, row, strict=False))["version"]
+        module_name, class_name, _ = name.split(".")
+        expected = getattr(importlib.import_module(f"benchmarks.{module_name}"), class_name).version
+        assert version == expected, (name, version)
     assert "[numerics-cpu] grid measured in" in asv_run.log
     # The static audit's compiles report as they go (minutes on a CPU without it: silence).
     assert re.search(r"\[audit\] \d+/\d+ compiled", asv_run.log), asv_run.log[-2000:]
