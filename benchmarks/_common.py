@@ -270,6 +270,45 @@ def lookup(cache: dict, key: tuple) -> Any:
     return value
 
 
+def describe_launch(launched: dict, new_timings: dict) -> str:
+    """The configs one forward+backward launched, and what the tuner timed to choose them,
+    for the progress log: ``forward=M128-N64-w4-s3 ...; tuned forward: M128-N64-w4-s3
+    0.412 ms, ...``. The tracked figures are only the consequence of a choice; when they
+    move between runs of identical kernels (a tuner flip, seen on an H100), this shows why.
+
+    ``launched``: kernel name -> object with a ``config`` (``launch.launched_kernels()``);
+    ``new_timings``: tune key (kernel name first) -> ``[(config, median ms), ...]``, the keys
+    this call tuned (``launch.tuning_timings()`` after, less before).
+    """
+    configs = (f"{name}={getattr(res, 'config', '?')}" for name, res in sorted(launched.items()))
+    parts = [" ".join(configs)]
+    for key, timings in new_timings.items():
+        if len(timings) > 1:  # one candidate (or single-config mode): nothing was timed
+            times = ", ".join(f"{cfg} {ms:.3f} ms" for cfg, ms in timings)
+            parts.append(f"tuned {key[0]}: {times}")
+    return "; ".join(parts)
+
+
+def tuner_timings() -> dict:
+    """What safeattn's tuner has timed so far in this process (``launch.tuning_timings()``;
+    ``{}`` for a commit older than it)."""
+    from safeattn.kernels import launch
+
+    return dict(getattr(launch, "tuning_timings", dict)())
+
+
+def launch_note(before: dict) -> str:
+    """:func:`describe_launch` of safeattn's latest launch and what was tuned since
+    ``before`` (:func:`tuner_timings`). Never raises: a log line must not cost a measurement."""
+    try:
+        from safeattn.kernels import launch
+
+        new = {key: t for key, t in tuner_timings().items() if key not in before}
+        return describe_launch(launch.launched_kernels(), new)
+    except Exception as exc:
+        return f"(configs not shown: {reason_of(exc)})"
+
+
 def sample_result(samples: list[float]) -> dict:
     """asv's samples protocol: asv stores the median with its statistics (see module doc)."""
     clean = [float(s) for s in samples]

@@ -32,12 +32,14 @@ from ._common import (
     attention_inputs,
     cuda_usable,
     gpu_limits,
+    launch_note,
     lookup,
     progress,
     quick,
     reason_of,
     require_cuda,
     tracks_metric,
+    tuner_timings,
 )
 
 KERNELS = ["forward", "bwd_preprocess", "bwd_dkdv", "bwd_dq"]
@@ -51,6 +53,7 @@ LIVE_HEAD_DIMS = [64, 128]
 LIVE_SEQ_LEN = 4096
 
 FIELDS = ("shared_bytes", "registers", "spills")
+
 
 
 class StaticAuditSuite:
@@ -130,13 +133,15 @@ class LiveResourcesSuite:
         measured: dict = {}
         for dtype, head_dim in itertools.product(LIVE_DTYPES, LIVE_HEAD_DIMS):
             start = time.perf_counter()
+            chosen = ""
             try:
-                from safeattn.kernels.launch import launched_kernels
+                from safeattn.kernels import launch
 
+                before = tuner_timings()
                 q, k, v, grad_out = attention_inputs("safeattn", dtype, LIVE_SEQ_LEN, head_dim, 1)
                 safeattn.attention(q, k, v).backward(grad_out)
                 torch.cuda.synchronize()
-                launched = launched_kernels()
+                launched = launch.launched_kernels()
                 for kernel in KERNELS:
                     res = launched.get(kernel)
                     measured[(kernel, dtype, head_dim)] = (
@@ -147,7 +152,10 @@ class LiveResourcesSuite:
             except Exception as exc:
                 for kernel in KERNELS:
                     measured[(kernel, dtype, head_dim)] = Missing(reason_of(exc))
-            progress(f"[resources] {dtype} D={head_dim} done ({time.perf_counter() - start:.1f} s)")
+            else:
+                chosen = ": " + launch_note(before)
+            seconds = time.perf_counter() - start
+            progress(f"[resources] {dtype} D={head_dim} done ({seconds:.1f} s){chosen}")
         return measured
 
     @tracks_metric

@@ -62,13 +62,16 @@ from ._common import (
     cuda_event_samples,
     cuda_usable,
     impl_context,
+    launch_note,
     lookup,
     measure_grid,
     metrics,
+    progress,
     quick,
     require_cuda,
     sample_result,
     tracks_metric,
+    tuner_timings,
     unless_pruned,
     use_interpreter,
 )
@@ -110,10 +113,15 @@ def _gpu_times(impl: str, dtype: str, head_dim: int, seq_len: int, causal: bool,
     fn = attention_call(impl, causal, seq_len, gqa)
     q, k, v, grad_out = attention_inputs(impl, dtype, seq_len, head_dim, gqa)
     grads = [q, k, v]
+    own = impl == metrics.OWN_IMPL
+    before = tuner_timings() if own else {}
     with impl_context(impl):
         # Untimed: compiles, autotunes and raises here if this impl cannot run the shape.
         fn(q, k, v).backward(grad_out)
         torch.cuda.synchronize()
+        if own:  # which configs the timed calls below run (a tuner flip shows here)
+            shape = (impl, dtype, head_dim, seq_len, causal, gqa)
+            progress(f"[speed] {shape} launched {launch_note(before)}")
 
         def bench(call):
             return cuda_event_samples(call, samples, grad_to_none=grads)

@@ -111,6 +111,83 @@ def test_gpu_grids_record_a_value_or_a_reason_for_every_entry(monkeypatch):
                 assert value in ([1.0, 2.0, 3.0], 2**20), (combo, value)
 
 
+def test_live_resources_record_each_kernel_and_log_the_tuners_choice(monkeypatch, capsys):
+    """LiveResourcesSuite's setup_cache with the GPU call faked: each launched kernel's
+    figures are recorded, one not launched is a Missing reason, and the progress line names
+    the configs launched and what the tuner timed (the H100 history's live-resource flips
+    could not be traced to a config without it)."""
+    from types import SimpleNamespace
+
+    from safeattn.kernels import launch
+
+    gpu_resources = _with_gpu_suites("resources", monkeypatch)
+    tuned: dict = {}
+
+    def fake_attention_call(*_args, **_kwargs):
+        class Out:
+            def backward(self, _grad):  # "launches" three of the four kernels
+                tuned[("forward", len(tuned))] = [("M128-N64-w4-s3", 0.4121), ("M64-N64", 0.5)]
+
+        return Out()
+
+    launched = {
+        name: SimpleNamespace(config=f"{name}-cfg", shared_bytes=1024, registers=128, spills=0)
+        for name in ("forward", "bwd_dkdv", "bwd_dq")
+    }
+    monkeypatch.setattr(gpu_resources, "attention_inputs", lambda *a: (None, None, None, None))
+    monkeypatch.setattr("safeattn.attention", fake_attention_call)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(launch, "launched_kernels", lambda: dict(launched))
+    monkeypatch.setattr(launch, "tuning_timings", lambda: dict(tuned))
+    measured = gpu_resources.LiveResourcesSuite().setup_cache()
+
+    combos = list(itertools.product(*gpu_resources.LiveResourcesSuite.params))
+    assert set(measured) == set(combos)
+    for kernel, dtype, head_dim in combos:
+        value = measured[(kernel, dtype, head_dim)]
+        if kernel == "bwd_preprocess":
+            assert isinstance(value, common.Missing) and "not launched" in value.reason
+        else:
+            assert value == {"shared_bytes": 1024, "registers": 128, "spills": 0}
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("[resources]")]
+    assert len(lines) == len(resources.LIVE_DTYPES) * len(resources.LIVE_HEAD_DIMS), lines
+    for line in lines:  # each call tuned one new key: only that one is shown
+        assert "bwd_dkdv=bwd_dkdv-cfg bwd_dq=bwd_dq-cfg forward=forward-cfg" in line, line
+        assert line.count("tuned forward: M128-N64-w4-s3 0.412 ms, M64-N64 0.500 ms") == 1, line
+
+
+def test_speed_logs_the_configs_safeattn_runs_with(monkeypatch, capsys):
+    """_gpu_times with CUDA faked: for safeattn (not for a peer) the progress log names the
+    configs the timed calls run and what the tuner timed for them."""
+    from types import SimpleNamespace
+
+    from safeattn.kernels import launch
+
+    gpu_speed = _with_gpu_suites("speed", monkeypatch)
+    tuned: dict = {}
+
+    class Out:
+        def backward(self, _grad, retain_graph=False):
+            tuned.setdefault(("forward",), [("M128-N64-w4-s3", 0.4), ("M64-N64-w4-s3", 0.41)])
+
+    monkeypatch.setattr(gpu_speed, "attention_call", lambda *a: lambda q, k, v: Out())
+    monkeypatch.setattr(gpu_speed, "attention_inputs", lambda *a: (None, None, None, None))
+    monkeypatch.setattr(gpu_speed, "cuda_event_samples", lambda call, n, grad_to_none: [1.0])
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    launched = {"forward": SimpleNamespace(config="M128-N64-w4-s3")}
+    monkeypatch.setattr(launch, "launched_kernels", lambda: dict(launched))
+    monkeypatch.setattr(launch, "tuning_timings", lambda: dict(tuned))
+
+    for impl in (OWN_IMPL, "sdpa_flash"):
+        times = gpu_speed._gpu_times(impl, "bfloat16", 64, 1024, True, 4)
+        assert times == {name: [1.0] for name in speed.PASSES}
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if " launched " in ln]
+    assert lines == [
+        f"[speed] ('{OWN_IMPL}', 'bfloat16', 64, 1024, True, 4) launched forward=M128-N64-w4-s3; "
+        "tuned forward: M128-N64-w4-s3 0.400 ms, M64-N64-w4-s3 0.410 ms"
+    ], lines
+
+
 def test_gpu_problem_follows_design_md():
     assert common.gpu_problem(4096, 128, 1) == (4, 16, 16)
     assert common.gpu_problem(1024, 64, 4) == (16, 32, 8)
