@@ -41,6 +41,9 @@ asv's virtualenv mode, ``gpu_history.sh 8`` (results/nvidia-h200, commits 0ef47c
   commit (estimated before the prewarm existed, never measured in full).
 - first commit after it: 354 s (LiveResources 57, Speed 143, Memory 32, Numerics 120);
   later commits 141-329 s (LiveResources ~11, Speed ~60, Memory ~30, Numerics 40-226).
+- on an H100 (16 cores), ``gpu_history.sh 5`` (results/nvidia-h100-80gb-hbm3, 8f24f0f..
+  4418cfe): prewarm 105 s, first commit 491 s (LiveResources 80, Speed 178, Memory 43,
+  Numerics 186), later commits 191-432 s (Numerics 48-308: see docs/perf's H100 log).
 - FlexAttention still runs at head_dim 128 only (``_common.FLEX_HEAD_DIMS``; the other
   entries are NaN, "pruned"): each shape costs a forward+backward compile.
 
