@@ -11,7 +11,6 @@ loader the gate and dashboard use); not an asv suite.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -24,7 +23,8 @@ def ratio_table(
     """DataFrame: one row per (machine, commit, metric, shape), a column per peer."""
     import pandas as pd
 
-    from safeattn.regress.metrics import IMPL_PARAM, OWN_IMPL
+    from safeattn.regress.metrics import OWN_IMPL
+    from safeattn.regress.report import peer_over_own
     from safeattn.regress.results import load_results
 
     table = load_results(results_dir).table
@@ -41,10 +41,8 @@ def ratio_table(
     # The suite's own shape parameters (the table has every suite's parameter columns).
     shape = [c for c in ("dtype", "head_dim", "seq_len", "causal", "gqa") if c in speed]
     shape = [c for c in shape if speed[c].notna().all()]
-    keys = ["machine", "commit", "metric", *shape]
-    wide = speed.pivot_table(index=keys, columns=IMPL_PARAM, values="value", aggfunc="first")
-    own = wide.pop(OWN_IMPL)
-    return wide.div(own, axis=0).reset_index()
+    ratios = peer_over_own(speed, ["machine", "commit", "metric", *shape])
+    return ratios.drop(columns=OWN_IMPL).reset_index()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit")
     parser.add_argument("--suite", default="speed.SpeedSuite")
     args = parser.parse_args(argv)
+    from safeattn.regress.report import geomean
+
     ratios = ratio_table(args.results, args.machine, args.commit, args.suite)
     if ratios.empty:
         print(f"no {args.suite} results with safeattn and peers found", file=sys.stderr)
@@ -65,9 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     for (machine, commit, metric), group in ratios.groupby(["machine", "commit", "metric"]):
         means = []
         for peer in peers:
-            vals = [v for v in group[peer] if v == v and v > 0]
-            gmean = math.exp(sum(map(math.log, vals)) / len(vals)) if vals else float("nan")
-            means.append(f"{peer}={gmean:.2f} (n={len(vals)})")
+            gmean, n = geomean(group[peer])
+            means.append(f"{peer}={gmean:.2f} (n={n})")
         print(f"  {machine} {commit[:8]} {metric}: " + "  ".join(means))
     return 0
 

@@ -55,7 +55,6 @@ LIVE_SEQ_LEN = 4096
 FIELDS = ("shared_bytes", "registers", "spills")
 
 
-
 class StaticAuditSuite:
     """Worst-case resources of every shipped config, cross-compiled per architecture."""
 

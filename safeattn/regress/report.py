@@ -78,7 +78,7 @@ def numerics_table(loaded: LoadedResults, machine: str) -> str:
 
 SPEED_SUITE = "speed.SpeedSuite"
 SPEED_PASSES = ("forward_ms", "backward_ms", "fwd_bwd_ms")
-SHAPE_PARAMS = ("head_dim", "seq_len", "causal", "gqa")
+SHAPE_KEYS = ["dtype", "head_dim", "seq_len", "causal", "gqa"]  # a speed row's shape
 
 
 def _speed_rows(loaded: LoadedResults, machine: str) -> tuple[str | None, pd.DataFrame]:
@@ -90,14 +90,25 @@ def _speed_rows(loaded: LoadedResults, machine: str) -> tuple[str | None, pd.Dat
     return commit, rows[rows["status"] == "ok"]
 
 
-def _peer_over_own(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Per shape (dtype + SHAPE_PARAMS): peer time / safeattn time, one column per peer."""
-    keys = ["dtype", *SHAPE_PARAMS]
-    wide = rows[rows["metric"] == metric].pivot_table(index=keys, columns="impl", values="value")
+def peer_over_own(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """One row per ``keys`` (e.g. a shape): every other implementation's value divided by
+    safeattn's (for times: above 1 = safeattn faster), a column per implementation, and
+    safeattn's own value in column ``safeattn``. Empty when safeattn has no value.
+    ``rows``: loader rows of one metric (columns ``keys``, ``impl``, ``value``)."""
+    wide = rows.pivot_table(index=keys, columns="impl", values="value", aggfunc="first")
     if OWN_IMPL not in wide.columns:
         return wide.iloc[0:0]
-    peers = [p for p in PEERS if p in wide.columns]
-    return wide[peers].div(wide[OWN_IMPL], axis=0).assign(**{OWN_IMPL: wide[OWN_IMPL]})
+    others = [c for c in wide.columns if c != OWN_IMPL]
+    return wide[others].div(wide[OWN_IMPL], axis=0).assign(**{OWN_IMPL: wide[OWN_IMPL]})
+
+
+def geomean(values) -> tuple[float, int]:
+    """Geometric mean of the finite positive ``values`` and how many there were (NaN, 0
+    when none)."""
+    kept = [float(v) for v in values if math.isfinite(v) and v > 0]
+    if not kept:
+        return math.nan, 0
+    return math.exp(sum(map(math.log, kept)) / len(kept)), len(kept)
 
 
 def speed_table(loaded: LoadedResults, machine: str) -> str:
@@ -115,14 +126,13 @@ def speed_table(loaded: LoadedResults, machine: str) -> str:
     peers = [p for p in PEERS if p in set(rows["impl"])]
     lines += ["| pass | " + " | ".join(peers) + " |", "|---|" + "---|" * len(peers)]
     for metric in SPEED_PASSES:
-        ratios = _peer_over_own(rows, metric)
+        ratios = peer_over_own(rows[rows["metric"] == metric], SHAPE_KEYS)
         cells = []
         for peer in peers:
-            col = ratios[peer].dropna() if peer in ratios.columns else pd.Series(dtype=float)
-            gm = math.exp(col.map(math.log).mean()) if len(col) else math.nan
-            cells.append("–" if math.isnan(gm) else f"{gm:.2f} (n={len(col)})")
+            gm, n = geomean(ratios[peer]) if peer in ratios.columns else (math.nan, 0)
+            cells.append("–" if math.isnan(gm) else f"{gm:.2f} (n={n})")
         lines.append(f"| {metric.removesuffix('_ms')} | " + " | ".join(cells) + " |")
-    ratios = _peer_over_own(rows, "fwd_bwd_ms")
+    ratios = peer_over_own(rows[rows["metric"] == "fwd_bwd_ms"], SHAPE_KEYS)
     bf16 = ratios.xs("bfloat16", level="dtype") if len(ratios) else ratios
     lines += [
         "",
