@@ -10,6 +10,8 @@ Public API::
     safeattn.scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                           is_causal=False, scale=None, enable_gqa=False)
     safeattn.reference   # pure-PyTorch implementation of the same contract (fp64 too)
+    safeattn.block_mask(seq_q, seq_k, *, causal=False, window=None, key_mask=None,
+                        attn_mask=None) -> BlockMask   # built once, passed to every layer
 
 The names are resolved on first use (PEP 562), so ``import safeattn.regress`` — what the
 dashboard and the gate need — does not import torch or Triton.
@@ -20,7 +22,14 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["attention", "reference", "scaled_dot_product_attention", "varlen_attention"]
+__all__ = [
+    "BlockMask",
+    "attention",
+    "block_mask",
+    "reference",
+    "scaled_dot_product_attention",
+    "varlen_attention",
+]
 __version__ = "0.1.0"
 
 _API = {"attention", "scaled_dot_product_attention", "varlen_attention"}
@@ -31,6 +40,8 @@ def __getattr__(name: str) -> Any:
         return getattr(importlib.import_module(".api", __name__), name)
     if name == "reference":
         return importlib.import_module(".reference", __name__)
+    if name in ("block_mask", "BlockMask"):
+        return getattr(importlib.import_module(".blockmask", __name__), name)
     raise AttributeError(f"module 'safeattn' has no attribute {name!r}")
 
 

@@ -544,6 +544,82 @@ def check_varlen(
     )
 
 
+# --------------------------------------------------------------------------- block masks
+
+
+def check_block_mask_args(
+    seq_q: Any,
+    seq_k: Any,
+    *,
+    causal: Any,
+    window: Any,
+    key_mask: Any,
+    attn_mask: Any,
+) -> AttnProblem:
+    """Validate ``safeattn.block_mask(...)``'s arguments as :func:`check_attention` would for
+    a call of those lengths. The problem's q/k/v are stride-0 stand-ins (no memory); its
+    batch and heads are the masks' own (1 where no mask has the axis)."""
+    for name, n in (("seq_q", seq_q), ("seq_k", seq_k)):
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise _error(
+                TypeError,
+                f"`{name}` must be an int, got {type(n).__name__}.",
+                {name: repr(n)[:80]},
+                "pass the query and key lengths Nq, Nk of the calls the mask will serve.",
+            )
+        if n < 0:
+            raise _error(ValueError, f"`{name}` must be >= 0, got {n}.", {name: repr(n)},
+                         "pass the query and key lengths Nq, Nk.")  # fmt: skip
+    masks = [t for t in (key_mask, attn_mask) if isinstance(t, Tensor)]
+    device = masks[0].device if masks else torch.device("cpu")
+    batch, heads = 1, 1
+    if isinstance(attn_mask, Tensor) and attn_mask.dim() == 4:
+        batch, heads = attn_mask.shape[0], attn_mask.shape[1]
+    if isinstance(key_mask, Tensor) and key_mask.dim() == 2:
+        batch = key_mask.shape[0]
+    stand_in = torch.zeros((), dtype=torch.float16, device=device)
+    q = stand_in.expand(batch, heads, seq_q, 16)
+    k = stand_in.expand(batch, heads, seq_k, 16)
+    return check_attention(q, k, k, causal=causal, window=window, key_mask=key_mask,
+                           attn_mask=attn_mask)  # fmt: skip
+
+
+def check_block_mask_use(
+    block_mask: Any, q: Tensor, k: Tensor, causal: Any, window: Any, key_mask: Any,
+    attn_mask: Any,
+) -> None:  # fmt: skip
+    """``attention(..., block_mask=bm)``: bm is a BlockMask for these lengths, and no other
+    mask argument competes with it."""
+    from .blockmask import BlockMask
+
+    if not isinstance(block_mask, BlockMask):
+        raise _error(
+            TypeError,
+            f"`block_mask` must be a safeattn BlockMask, got {type(block_mask).__name__}.",
+            {"block_mask": repr(block_mask)[:80]},
+            "build it with safeattn.block_mask(Nq, Nk, causal=..., key_mask=...).",
+        )
+    given = [name for name, value, default in (
+        ("causal", causal, False), ("window", window, None), ("key_mask", key_mask, None),
+        ("attn_mask", attn_mask, None)) if value is not default]  # fmt: skip
+    if given:
+        raise _error(
+            ValueError,
+            f"`block_mask` was given together with {', '.join(given)}.",
+            {"block_mask": repr(block_mask)},
+            "describe the whole mask in safeattn.block_mask(...) and pass only block_mask=.",
+        )
+    dense = isinstance(q, Tensor) and isinstance(k, Tensor) and q.dim() == 4 and k.dim() == 4
+    if dense and (q.shape[2], k.shape[2]) != (block_mask.seq_q, block_mask.seq_k):
+        raise _error(
+            ValueError,
+            f"`block_mask` was built for (Nq, Nk) = {(block_mask.seq_q, block_mask.seq_k)}, "
+            f"but q and k have Nq = {q.shape[2]}, Nk = {k.shape[2]}.",
+            {"block_mask": repr(block_mask), "q": _describe(q), "k": _describe(k)},
+            "build one block mask per pair of lengths.",
+        )
+
+
 # --------------------------------------------------------------------------- masks
 
 

@@ -28,15 +28,17 @@ from __future__ import annotations
 
 import torch
 
+from . import blockmask as _bm
 from . import reference
-from ._inputs import AttnProblem, check_attention, check_varlen
+from ._inputs import AttnProblem, check_attention, check_block_mask_use, check_varlen
+from .blockmask import BlockMask
 from .kernels import launch
 
 Causal = bool | str
 Window = tuple[int, int] | None
 
 
-def _meta(p: AttnProblem) -> launch.Meta:
+def _meta(p: AttnProblem, summary: _bm.BlockSummary | None) -> launch.Meta:
     mask_kind = 0
     if p.attn_mask is not None:
         mask_kind = 1 if p.attn_mask.dtype == torch.bool else 2
@@ -55,6 +57,8 @@ def _meta(p: AttnProblem) -> launch.Meta:
         mask_kind=mask_kind,
         scale=p.scale,
         deterministic=p.deterministic,
+        sparse_q=summary.block_q if summary is not None else 0,
+        sparse_k=summary.block_k if summary is not None else 0,
     )
 
 
@@ -62,10 +66,11 @@ def _use_kernels(p: AttnProblem) -> bool:
     return p.q.device.type == "cuda" or launch.INTERPRET
 
 
-def _run(p: AttnProblem):
+def _run(p: AttnProblem, summary: _bm.BlockSummary | None = None):
     out, lse2 = launch.SafeAttentionFunction.apply(
-        p.q, p.k, p.v, p.key_mask, p.attn_mask, p.cu_seqlens_q, p.cu_seqlens_k, _meta(p)
-    )
+        p.q, p.k, p.v, p.key_mask, p.attn_mask, p.cu_seqlens_q, p.cu_seqlens_k,
+        _meta(p, summary), summary,
+    )  # fmt: skip
     if p.return_lse:
         return out, launch.lse_natural(lse2)
     return out
@@ -83,6 +88,7 @@ def attention(
     scale: float | None = None,
     return_lse: bool = False,
     deterministic: bool = False,
+    block_mask: BlockMask | None = None,
 ):
     """NaN-safe fused attention, ``softmax(q kᵀ · scale + mask) v``, forward and backward.
 
@@ -105,6 +111,14 @@ def attention(
         deterministic: gradients are bitwise reproducible in any case (the backward uses no
             atomics); True additionally pins the kernel configs (no timing-based choice), so
             results are also identical across processes on the same GPU model.
+        block_mask: a :func:`safeattn.block_mask` built once for many calls (one per layer),
+            instead of ``causal``/``window``/``key_mask``/``attn_mask``. Without it, the tile
+            summary of a key_mask/attn_mask is built on the first call and reused while the
+            same mask tensors come back unmodified (see :mod:`safeattn.blockmask`).
+
+    Speed: with a key_mask or attn_mask, the kernels visit only the (query block, key block)
+    tiles that some pair may attend; tiles where every pair may attend run without element
+    masks. Building the summary reads each mask once.
 
     Returns:
         out (B, Hq, Nq, D) in q's dtype and memory layout, or ``(out, lse)``.
@@ -112,6 +126,10 @@ def attention(
     Raises:
         TypeError / ValueError naming the argument, with shapes and a HINT, on bad input.
     """
+    if block_mask is not None:
+        check_block_mask_use(block_mask, q, k, causal, window, key_mask, attn_mask)
+        causal, window = block_mask.causal, block_mask.window
+        key_mask, attn_mask = block_mask.key_mask, block_mask.attn_mask
     p = check_attention(
         q, k, v, causal=causal, window=window, key_mask=key_mask, attn_mask=attn_mask,
         scale=scale, return_lse=return_lse, deterministic=deterministic,
@@ -121,7 +139,13 @@ def attention(
             q, k, v, causal=causal, window=window, key_mask=key_mask, attn_mask=attn_mask,
             scale=scale, return_lse=return_lse, deterministic=deterministic,
         )  # fmt: skip
-    return _run(p)
+    summary = None
+    if p.key_mask is not None or p.attn_mask is not None:
+        if block_mask is not None and block_mask.summary is not None:
+            summary = block_mask.summary
+        else:
+            summary = _bm.cached_summary(p, key_mask, attn_mask)
+    return _run(p, summary)
 
 
 def varlen_attention(

@@ -31,8 +31,10 @@ from .gpu_limits import ARCHS, ArchLimits
 from .kernels import configs
 from .kernels.configs import KernelConfig
 
-# Audited feature variants: "causal" exercises the fully-allowed and the diagonal paths;
-# "masked" adds every mask load (key mask, additive float mask, two-sided window).
+# Audited feature variants: "causal" exercises the fully-allowed and the diagonal paths of
+# the analytic ranges; "masked" is the block-mask path (safeattn.blockmask tile lists, which
+# every key_mask / attn_mask call takes) with every mask load (key mask, additive float mask,
+# two-sided window).
 VARIANTS: tuple[str, ...] = ("causal", "masked")
 _DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 _TRITON_TYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
@@ -107,6 +109,9 @@ def _signature(fn, dtype: torch.dtype, variant: str, constexprs: dict, head_dim:
             signature[name] = "*" + (_TRITON_TYPES[dtype] if variant == "masked" else "u8")
         elif name.startswith("CuSeq"):
             signature[name] = "*i32"
+        elif name in ("FullNum", "FullIdx", "PartNum", "PartIdx"):
+            # tile lists (int32) on the masked path; q itself as a placeholder otherwise
+            signature[name] = "*i32" if variant == "masked" else "*" + _TRITON_TYPES[dtype]
         elif name in ("qk_scale", "sm_scale"):
             signature[name] = "fp32"
             continue
@@ -135,6 +140,9 @@ def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: in
         HAS_WINDOW_RIGHT=True,
         HAS_KEY_MASK=masked,
         MASK_KIND=2 if masked else 0,
+        SPARSE=masked,
+        SPARSE_Q=_blockmask_tile() if masked else cfg.block_m,
+        SPARSE_K=_blockmask_tile() if masked else cfg.block_n,
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
         BLOCK_D=head_dim,
@@ -142,6 +150,12 @@ def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: in
         DOT_PRECISION="ieee" if dtype == torch.float32 else "tf32",
         UPCAST_DOT=False,
     )
+
+
+def _blockmask_tile() -> int:
+    from .blockmask import BLOCK
+
+    return BLOCK
 
 
 def _triton_bin(tool: str) -> str:

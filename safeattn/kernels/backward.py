@@ -21,7 +21,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .forward import _allowed_pairs, _key_ranges
+from .forward import _allowed_pairs, _bias_tile, _key_ranges, _list_start
 
 
 @triton.jit(do_not_specialize=["seq_q"])
@@ -84,9 +84,9 @@ def _query_ranges(
     BLOCK_N: tl.constexpr,
     HAS_WINDOW_LEFT: tl.constexpr,
     HAS_WINDOW_RIGHT: tl.constexpr,
-    ANY_MASK: tl.constexpr,
 ):
-    """Query-block boundaries that can see keys [n_start, n_start + BLOCK_N):
+    """Query-block boundaries that can see keys [n_start, n_start + BLOCK_N) in a call
+    without key_mask / attn_mask (those take the tile lists of ``safeattn.block_mask``):
     [lo, full_lo) masked, [full_lo, full_hi) fully allowed, [full_hi, hi) masked.
     Key j is allowed for row i iff  j - diag - right <= i <= j - diag + left."""
     n_last = n_start + BLOCK_N - 1
@@ -106,7 +106,7 @@ def _query_ranges(
     if HAS_WINDOW_LEFT:
         last_full = tl.maximum(n_start - diag + window_left + 1, 0)
         full_hi = tl.minimum(full_hi, (last_full // BLOCK_M) * BLOCK_M)
-    if ANY_MASK or (n_start + BLOCK_N > n_k):
+    if n_start + BLOCK_N > n_k:
         full_hi = lo
     full_lo = tl.minimum(full_lo, hi)
     full_hi = tl.maximum(tl.minimum(full_hi, hi), full_lo)
@@ -114,7 +114,7 @@ def _query_ranges(
 
 
 @triton.jit
-def _dkdv_inner(
+def _dkdv_step(
     dk,
     dv,
     k,
@@ -125,8 +125,7 @@ def _dkdv_inner(
     delta_base,
     km_base,
     am_base,
-    start,
-    end,
+    start_m,
     offs_n,
     offs_m0,
     offs_d,
@@ -150,76 +149,148 @@ def _dkdv_inner(
     HAS_WINDOW_RIGHT: tl.constexpr,
     HAS_KEY_MASK: tl.constexpr,
     MASK_KIND: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,
+):
+    """One query block [start_m, start_m + BLOCK_M) into dK, dV. MASKED=False is the plain
+    path: every pair of the block may attend and every row and key is in range."""
+    mask_d = offs_d < head_dim
+    offs_m = start_m + offs_m0
+    q_ptrs = q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
+    do_ptrs = do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod
+    if MASKED:
+        row_mask = offs_m < n_q
+        qd_mask = row_mask[:, None] & mask_d[None, :]
+        q = tl.load(q_ptrs, mask=qd_mask, other=0.0)
+        do = tl.load(do_ptrs, mask=qd_mask, other=0.0)
+        lse2 = tl.load(lse_base + offs_m * stride_lm, mask=row_mask, other=float("-inf"))
+        delta = tl.load(delta_base + offs_m * stride_lm, mask=row_mask, other=0.0)
+        # NOTE: empty rows (module docstring).
+        live = lse2 != float("-inf")
+        q = tl.where(live[:, None], q, 0.0)
+        do = tl.where(live[:, None], do, 0.0)
+        delta = tl.where(live, delta, 0.0)
+    else:
+        if EVEN_D:
+            q = tl.load(q_ptrs)
+            do = tl.load(do_ptrs)
+        else:
+            q = tl.load(q_ptrs, mask=mask_d[None, :], other=0.0)
+            do = tl.load(do_ptrs, mask=mask_d[None, :], other=0.0)
+        lse2 = tl.load(lse_base + offs_m * stride_lm)
+        delta = tl.load(delta_base + offs_m * stride_lm)
+    lse2 = tl.where(lse2 == float("-inf"), float("inf"), lse2)
+    if UPCAST_DOT:
+        sT = tl.dot(k.to(tl.float32), tl.trans(q.to(tl.float32)), input_precision=DOT_PRECISION)
+    else:
+        sT = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION)
+    sT = sT * qk_scale
+    if MASKED:
+        allowed, bias = _allowed_pairs(
+            offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
+            km_base, stride_kmn, am_base, stride_amm, stride_amn,
+            HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
+        )  # fmt: skip
+        allowedT = tl.trans(allowed)
+        if MASK_KIND == 2:
+            sT = sT + tl.trans(bias)
+        sT = tl.where(allowedT, sT, float("-inf"))
+    elif MASK_KIND == 2:
+        # NOTE: full tiles of an additive mask (forward.py): the bias applies unselected.
+        sT = sT + tl.trans(_bias_tile(am_base, offs_m, offs_n, stride_amm, stride_amn))
+    pT = tl.math.exp2(sT - lse2[None, :])
+    if UPCAST_DOT:
+        dv = tl.dot(pT, do.to(tl.float32), dv, input_precision=DOT_PRECISION)
+        dpT = tl.dot(
+            v.to(tl.float32), tl.trans(do.to(tl.float32)), input_precision=DOT_PRECISION
+        )
+    else:
+        dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=DOT_PRECISION)
+        dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
+    dsT = pT * (dpT - delta[None, :])
+    if MASKED:
+        dsT = tl.where(allowedT, dsT, 0.0)
+    if UPCAST_DOT:
+        dk = tl.dot(dsT, q.to(tl.float32), dk, input_precision=DOT_PRECISION)
+    else:
+        dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=DOT_PRECISION)
+    return dk, dv
+
+
+@triton.jit
+def _dkdv_inner(
+    dk,
+    dv,
+    k,
+    v,
+    q_base,
+    do_base,
+    lse_base,
+    delta_base,
+    km_base,
+    am_base,
+    start,
+    end,
+    idx_ptr,
+    offs_n,
+    offs_m0,
+    offs_d,
+    n_q,
+    n_k,
+    diag,
+    window_left,
+    window_right,
+    qk_scale,
+    head_dim,
+    stride_qm,
+    stride_qd,
+    stride_dom,
+    stride_dod,
+    stride_lm,
+    stride_kmn,
+    stride_amm,
+    stride_amn,
+    MASKED: tl.constexpr,
+    LISTED: tl.constexpr,
+    SPARSE_Q: tl.constexpr,
+    HAS_WINDOW_LEFT: tl.constexpr,
+    HAS_WINDOW_RIGHT: tl.constexpr,
+    HAS_KEY_MASK: tl.constexpr,
+    MASK_KIND: tl.constexpr,
     BLOCK_M: tl.constexpr,
     EVEN_D: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
 ):
-    mask_d = offs_d < head_dim
-    for start_m in tl.range(start, end, BLOCK_M):
-        offs_m = start_m + offs_m0
-        q_ptrs = q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
-        do_ptrs = do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod
-        if MASKED:
-            row_mask = offs_m < n_q
-            qd_mask = row_mask[:, None] & mask_d[None, :]
-            q = tl.load(q_ptrs, mask=qd_mask, other=0.0)
-            do = tl.load(do_ptrs, mask=qd_mask, other=0.0)
-            lse2 = tl.load(lse_base + offs_m * stride_lm, mask=row_mask, other=float("-inf"))
-            delta = tl.load(delta_base + offs_m * stride_lm, mask=row_mask, other=0.0)
-            # NOTE: empty rows (module docstring).
-            live = lse2 != float("-inf")
-            q = tl.where(live[:, None], q, 0.0)
-            do = tl.where(live[:, None], do, 0.0)
-            delta = tl.where(live, delta, 0.0)
-        else:
-            if EVEN_D:
-                q = tl.load(q_ptrs)
-                do = tl.load(do_ptrs)
-            else:
-                q = tl.load(q_ptrs, mask=mask_d[None, :], other=0.0)
-                do = tl.load(do_ptrs, mask=mask_d[None, :], other=0.0)
-            lse2 = tl.load(lse_base + offs_m * stride_lm)
-            delta = tl.load(delta_base + offs_m * stride_lm)
-        lse2 = tl.where(lse2 == float("-inf"), float("inf"), lse2)
-        if UPCAST_DOT:
-            sT = tl.dot(k.to(tl.float32), tl.trans(q.to(tl.float32)), input_precision=DOT_PRECISION)
-        else:
-            sT = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION)
-        sT = sT * qk_scale
-        if MASKED:
-            allowed, bias = _allowed_pairs(
-                offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
-                km_base, stride_kmn, am_base, stride_amm, stride_amn,
-                HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
+    """Query blocks [start, end) step BLOCK_M, or (LISTED) the kernel blocks t in [start, end)
+    of the tile list at ``idx_ptr`` (forward.py's ``_list_start``)."""
+    if LISTED:
+        for t in tl.range(start, end):
+            start_m = _list_start(idx_ptr, t, SPARSE_Q // BLOCK_M, SPARSE_Q, BLOCK_M)
+            dk, dv = _dkdv_step(
+                dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, start_m,
+                offs_n, offs_m0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale,
+                head_dim, stride_qm, stride_qd, stride_dom, stride_dod, stride_lm, stride_kmn,
+                stride_amm, stride_amn, MASKED, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK,
+                MASK_KIND, EVEN_D, DOT_PRECISION, UPCAST_DOT,
             )  # fmt: skip
-            allowedT = tl.trans(allowed)
-            if MASK_KIND == 2:
-                sT = sT + tl.trans(bias)
-            sT = tl.where(allowedT, sT, float("-inf"))
-        pT = tl.math.exp2(sT - lse2[None, :])
-        if UPCAST_DOT:
-            dv = tl.dot(pT, do.to(tl.float32), dv, input_precision=DOT_PRECISION)
-            dpT = tl.dot(
-                v.to(tl.float32), tl.trans(do.to(tl.float32)), input_precision=DOT_PRECISION
-            )
-        else:
-            dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=DOT_PRECISION)
-            dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
-        dsT = pT * (dpT - delta[None, :])
-        if MASKED:
-            dsT = tl.where(allowedT, dsT, 0.0)
-        if UPCAST_DOT:
-            dk = tl.dot(dsT, q.to(tl.float32), dk, input_precision=DOT_PRECISION)
-        else:
-            dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=DOT_PRECISION)
+    else:
+        for start_m in tl.range(start, end, BLOCK_M):
+            dk, dv = _dkdv_step(
+                dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, start_m,
+                offs_n, offs_m0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale,
+                head_dim, stride_qm, stride_qd, stride_dom, stride_dod, stride_lm, stride_kmn,
+                stride_amm, stride_amn, MASKED, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK,
+                MASK_KIND, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+            )  # fmt: skip
     return dk, dv
 
 
 @triton.jit(do_not_specialize=["seq_q", "seq_k", "window_left", "window_right"])
 def _bwd_dkdv(
     Q, K, V, dOut, Lse2, Delta, dK, dV,
-    KeyMask, AttnMask, CuSeqQ, CuSeqK,
+    KeyMask, AttnMask, CuSeqQ, CuSeqK, FullNum, FullIdx, PartNum, PartIdx,
     qk_scale, sm_scale,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
@@ -230,6 +301,7 @@ def _bwd_dkdv(
     stride_lb, stride_lh, stride_lm,
     stride_kmb, stride_kmn,
     stride_amb, stride_amh, stride_amm, stride_amn,
+    stride_snb, stride_snh, stride_sib, stride_sih, stride_sir,
     heads_kv, group, seq_q, seq_k, window_left, window_right, head_dim,
     IS_VARLEN: tl.constexpr,
     BOTTOM_RIGHT: tl.constexpr,
@@ -237,6 +309,9 @@ def _bwd_dkdv(
     HAS_WINDOW_RIGHT: tl.constexpr,
     HAS_KEY_MASK: tl.constexpr,
     MASK_KIND: tl.constexpr,
+    SPARSE: tl.constexpr,
+    SPARSE_Q: tl.constexpr,
+    SPARSE_K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -284,42 +359,70 @@ def _bwd_dkdv(
 
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    ANY_MASK: tl.constexpr = HAS_KEY_MASK or (MASK_KIND != 0)
-    lo, full_lo, full_hi, hi = _query_ranges(
-        n_start, n_q, n_k, diag, window_left, window_right,
-        BLOCK_M, BLOCK_N, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, ANY_MASK,
-    )  # fmt: skip
+    if SPARSE:
+        tl.static_assert(SPARSE_Q % BLOCK_M == 0 and SPARSE_K % BLOCK_N == 0)
+        SUB: tl.constexpr = SPARSE_Q // BLOCK_M
+        tile_n = n_start // SPARSE_K
+    else:
+        lo, full_lo, full_hi, hi = _query_ranges(
+            n_start, n_q, n_k, diag, window_left, window_right,
+            BLOCK_M, BLOCK_N, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
+        )  # fmt: skip
     for g in range(0, group):
-        h64 = (h_kv * group + g).to(tl.int64)
+        h = h_kv * group + g
+        h64 = h.to(tl.int64)
         q_base = Q + b64 * stride_qb + h64 * stride_qh + q_start.to(tl.int64) * stride_qm
         do_base = dOut + b64 * stride_dob + h64 * stride_doh + q_start.to(tl.int64) * stride_dom
         lse_base = Lse2 + b64 * stride_lb + h64 * stride_lh + q_start.to(tl.int64) * stride_lm
         delta_base = Delta + b64 * stride_lb + h64 * stride_lh + q_start.to(tl.int64) * stride_lm
         am_base = AttnMask + b64 * stride_amb + h64 * stride_amh
-        dk, dv = _dkdv_inner(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, lo, full_lo,
-            offs_n, offs_m0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
-            stride_qm, stride_qd, stride_dom, stride_dod, stride_lm,
-            stride_kmn, stride_amm, stride_amn,
-            True, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_M, False,
-            DOT_PRECISION, UPCAST_DOT,
-        )  # fmt: skip
-        dk, dv = _dkdv_inner(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, full_lo, full_hi,
-            offs_n, offs_m0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
-            stride_qm, stride_qd, stride_dom, stride_dod, stride_lm,
-            stride_kmn, stride_amm, stride_amn,
-            False, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_M, EVEN_D,
-            DOT_PRECISION, UPCAST_DOT,
-        )  # fmt: skip
-        dk, dv = _dkdv_inner(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, full_hi, hi,
-            offs_n, offs_m0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
-            stride_qm, stride_qd, stride_dom, stride_dod, stride_lm,
-            stride_kmn, stride_amm, stride_amn,
-            True, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_M, False,
-            DOT_PRECISION, UPCAST_DOT,
-        )  # fmt: skip
+        if SPARSE:
+            # The transposed tile lists: the query tiles that see this key tile, for head h.
+            num_off = b64 * stride_snb + h64 * stride_snh + tile_n
+            idx_off = b64 * stride_sib + h64 * stride_sih + tile_n * stride_sir
+            n_full = tl.load(FullNum + num_off) * SUB
+            n_part = tl.load(PartNum + num_off) * SUB
+            dk, dv = _dkdv_inner(
+                dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base,
+                0, n_full, FullIdx + idx_off, offs_n, offs_m0, offs_d, n_q, n_k, diag,
+                window_left, window_right, qk_scale, head_dim, stride_qm, stride_qd,
+                stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn,
+                False, True, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
+                HAS_KEY_MASK, MASK_KIND, BLOCK_M, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+            )  # fmt: skip
+            dk, dv = _dkdv_inner(
+                dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base,
+                0, n_part, PartIdx + idx_off, offs_n, offs_m0, offs_d, n_q, n_k, diag,
+                window_left, window_right, qk_scale, head_dim, stride_qm, stride_qd,
+                stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn,
+                True, True, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
+                HAS_KEY_MASK, MASK_KIND, BLOCK_M, False, DOT_PRECISION, UPCAST_DOT,
+            )  # fmt: skip
+        else:
+            dk, dv = _dkdv_inner(
+                dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base,
+                lo, full_lo, FullIdx, offs_n, offs_m0, offs_d, n_q, n_k, diag,
+                window_left, window_right, qk_scale, head_dim, stride_qm, stride_qd,
+                stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn,
+                True, False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
+                HAS_KEY_MASK, MASK_KIND, BLOCK_M, False, DOT_PRECISION, UPCAST_DOT,
+            )  # fmt: skip
+            dk, dv = _dkdv_inner(
+                dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base,
+                full_lo, full_hi, FullIdx, offs_n, offs_m0, offs_d, n_q, n_k, diag,
+                window_left, window_right, qk_scale, head_dim, stride_qm, stride_qd,
+                stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn,
+                False, False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
+                HAS_KEY_MASK, MASK_KIND, BLOCK_M, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+            )  # fmt: skip
+            dk, dv = _dkdv_inner(
+                dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base,
+                full_hi, hi, FullIdx, offs_n, offs_m0, offs_d, n_q, n_k, diag,
+                window_left, window_right, qk_scale, head_dim, stride_qm, stride_qd,
+                stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn,
+                True, False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
+                HAS_KEY_MASK, MASK_KIND, BLOCK_M, False, DOT_PRECISION, UPCAST_DOT,
+            )  # fmt: skip
 
     dk = dk * sm_scale
     dk_base = dK + b64 * stride_dkb + hkv64 * stride_dkh + k_start.to(tl.int64) * stride_dkn
@@ -337,7 +440,7 @@ def _bwd_dkdv(
 
 
 @triton.jit
-def _dq_inner(
+def _dq_step(
     dq,
     q,
     do,
@@ -347,8 +450,7 @@ def _dq_inner(
     v_base,
     km_base,
     am_base,
-    start,
-    end,
+    start_n,
     offs_m,
     offs_n0,
     offs_d,
@@ -367,6 +469,102 @@ def _dq_inner(
     stride_amm,
     stride_amn,
     MASKED: tl.constexpr,
+    GUARD: tl.constexpr,
+    HAS_WINDOW_LEFT: tl.constexpr,
+    HAS_WINDOW_RIGHT: tl.constexpr,
+    HAS_KEY_MASK: tl.constexpr,
+    MASK_KIND: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,
+):
+    """One key block [start_n, start_n + BLOCK_N) into dQ. MASKED=False is the plain path:
+    every pair of the block may attend and every row and key is in range."""
+    mask_d = offs_d < head_dim
+    offs_n = start_n + offs_n0
+    k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
+    v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    if MASKED:
+        kv_mask = (offs_n < n_k)[:, None] & mask_d[None, :]
+        k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
+        v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
+    elif EVEN_D:
+        k = tl.load(k_ptrs)
+        v = tl.load(v_ptrs)
+    else:
+        k = tl.load(k_ptrs, mask=mask_d[None, :], other=0.0)
+        v = tl.load(v_ptrs, mask=mask_d[None, :], other=0.0)
+    if UPCAST_DOT:
+        s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision=DOT_PRECISION)
+        dp = tl.dot(
+            do.to(tl.float32), tl.trans(v.to(tl.float32)), input_precision=DOT_PRECISION
+        )
+    else:
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+    s = s * qk_scale
+    if MASKED:
+        allowed, bias = _allowed_pairs(
+            offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
+            km_base, stride_kmn, am_base, stride_amm, stride_amn,
+            HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
+        )  # fmt: skip
+        if MASK_KIND == 2:
+            s = s + bias
+        s = tl.where(allowed, s, float("-inf"))
+    elif MASK_KIND == 2:
+        # NOTE: full tiles of an additive mask (forward.py): the bias applies unselected.
+        s = s + _bias_tile(am_base, offs_m, offs_n, stride_amm, stride_amn)
+    p = tl.math.exp2(s - lse2[:, None])
+    ds = p * (dp - delta[:, None])
+    if MASKED:
+        ds = tl.where(allowed, ds, 0.0)
+        if GUARD:
+            # NOTE: excluded keys (module docstring).
+            k32 = k.to(tl.float32)
+            k = tl.where((k32 == k32) & (tl.abs(k32) != float("inf")), k, 0.0)
+    if UPCAST_DOT:
+        dq = tl.dot(ds, k.to(tl.float32), dq, input_precision=DOT_PRECISION)
+    else:
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PRECISION)
+    return dq
+
+
+@triton.jit
+def _dq_inner(
+    dq,
+    q,
+    do,
+    lse2,
+    delta,
+    k_base,
+    v_base,
+    km_base,
+    am_base,
+    start,
+    end,
+    idx_ptr,
+    offs_m,
+    offs_n0,
+    offs_d,
+    n_q,
+    n_k,
+    diag,
+    window_left,
+    window_right,
+    qk_scale,
+    head_dim,
+    stride_kn,
+    stride_kd,
+    stride_vn,
+    stride_vd,
+    stride_kmn,
+    stride_amm,
+    stride_amn,
+    MASKED: tl.constexpr,
+    GUARD: tl.constexpr,
+    LISTED: tl.constexpr,
+    SPARSE_K: tl.constexpr,
     HAS_WINDOW_LEFT: tl.constexpr,
     HAS_WINDOW_RIGHT: tl.constexpr,
     HAS_KEY_MASK: tl.constexpr,
@@ -376,57 +574,109 @@ def _dq_inner(
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
 ):
-    mask_d = offs_d < head_dim
-    for start_n in tl.range(start, end, BLOCK_N):
-        offs_n = start_n + offs_n0
-        k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
-        v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
-        if MASKED:
-            kv_mask = (offs_n < n_k)[:, None] & mask_d[None, :]
-            k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
-            v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
-        elif EVEN_D:
-            k = tl.load(k_ptrs)
-            v = tl.load(v_ptrs)
-        else:
-            k = tl.load(k_ptrs, mask=mask_d[None, :], other=0.0)
-            v = tl.load(v_ptrs, mask=mask_d[None, :], other=0.0)
-        if UPCAST_DOT:
-            s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision=DOT_PRECISION)
-            dp = tl.dot(
-                do.to(tl.float32), tl.trans(v.to(tl.float32)), input_precision=DOT_PRECISION
-            )
-        else:
-            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-            dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
-        s = s * qk_scale
-        if MASKED:
-            allowed, bias = _allowed_pairs(
-                offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
-                km_base, stride_kmn, am_base, stride_amm, stride_amn,
-                HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
+    """Key blocks [start, end) step BLOCK_N, or (LISTED) the kernel blocks t in [start, end)
+    of the tile list at ``idx_ptr`` (forward.py's ``_list_start``)."""
+    if LISTED:
+        for t in tl.range(start, end):
+            start_n = _list_start(idx_ptr, t, SPARSE_K // BLOCK_N, SPARSE_K, BLOCK_N)
+            dq = _dq_step(
+                dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, start_n, offs_m,
+                offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
+                stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn,
+                MASKED, GUARD, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, EVEN_D,
+                DOT_PRECISION, UPCAST_DOT,
             )  # fmt: skip
-            if MASK_KIND == 2:
-                s = s + bias
-            s = tl.where(allowed, s, float("-inf"))
-        p = tl.math.exp2(s - lse2[:, None])
-        ds = p * (dp - delta[:, None])
-        if MASKED:
-            ds = tl.where(allowed, ds, 0.0)
-            # NOTE: excluded keys (module docstring).
-            k32 = k.to(tl.float32)
-            k = tl.where((k32 == k32) & (tl.abs(k32) != float("inf")), k, 0.0)
-        if UPCAST_DOT:
-            dq = tl.dot(ds, k.to(tl.float32), dq, input_precision=DOT_PRECISION)
-        else:
-            dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PRECISION)
+    else:
+        for start_n in tl.range(start, end, BLOCK_N):
+            dq = _dq_step(
+                dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, start_n, offs_m,
+                offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
+                stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn,
+                MASKED, GUARD, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, EVEN_D,
+                DOT_PRECISION, UPCAST_DOT,
+            )  # fmt: skip
+    return dq
+
+
+@triton.jit
+def _dq_rows(
+    q, do, lse2, delta, k_base, v_base, km_base, am_base, FullNum, FullIdx, PartNum, PartIdx,
+    m_start, b64, h64, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right,
+    qk_scale, head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
+    stride_amn, stride_snb, stride_snh, stride_sib, stride_sih, stride_sir,
+    GUARD: tl.constexpr,
+    HAS_WINDOW_LEFT: tl.constexpr,
+    HAS_WINDOW_RIGHT: tl.constexpr,
+    HAS_KEY_MASK: tl.constexpr,
+    MASK_KIND: tl.constexpr,
+    SPARSE: tl.constexpr,
+    SPARSE_Q: tl.constexpr,
+    SPARSE_K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,
+):  # fmt: skip
+    """dQ (unscaled, fp32) of one program's rows over all the key blocks they may see:
+    the tile lists when SPARSE, else the analytic ranges of ``_key_ranges``."""
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    if SPARSE:
+        tl.static_assert(SPARSE_Q % BLOCK_M == 0 and SPARSE_K % BLOCK_N == 0)
+        SUB: tl.constexpr = SPARSE_K // BLOCK_N
+        tile_m = m_start // SPARSE_Q
+        num_off = b64 * stride_snb + h64 * stride_snh + tile_m
+        idx_off = b64 * stride_sib + h64 * stride_sih + tile_m * stride_sir
+        n_full = tl.load(FullNum + num_off) * SUB
+        n_part = tl.load(PartNum + num_off) * SUB
+        dq = _dq_inner(
+            dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, 0, n_full, FullIdx + idx_off,
+            offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale,
+            head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
+            stride_amn, False, GUARD, True, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
+            HAS_KEY_MASK, MASK_KIND, BLOCK_N, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+        )  # fmt: skip
+        dq = _dq_inner(
+            dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, 0, n_part, PartIdx + idx_off,
+            offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale,
+            head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
+            stride_amn, True, GUARD, True, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
+            HAS_KEY_MASK, MASK_KIND, BLOCK_N, False, DOT_PRECISION, UPCAST_DOT,
+        )  # fmt: skip
+    else:
+        lo, full_lo, full_hi, hi = _key_ranges(
+            m_start, n_k, diag, window_left, window_right,
+            BLOCK_M, BLOCK_N, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
+        )  # fmt: skip
+        dq = _dq_inner(
+            dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, lo, full_lo, FullIdx,
+            offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale,
+            head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
+            stride_amn, True, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
+            HAS_KEY_MASK, MASK_KIND, BLOCK_N, False, DOT_PRECISION, UPCAST_DOT,
+        )  # fmt: skip
+        dq = _dq_inner(
+            dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, full_lo, full_hi, FullIdx,
+            offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale,
+            head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
+            stride_amn, False, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
+            HAS_KEY_MASK, MASK_KIND, BLOCK_N, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+        )  # fmt: skip
+        dq = _dq_inner(
+            dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, full_hi, hi, FullIdx,
+            offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale,
+            head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
+            stride_amn, True, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
+            HAS_KEY_MASK, MASK_KIND, BLOCK_N, False, DOT_PRECISION, UPCAST_DOT,
+        )  # fmt: skip
     return dq
 
 
 @triton.jit(do_not_specialize=["seq_q", "seq_k", "window_left", "window_right"])
 def _bwd_dq(
     Q, K, V, dOut, Lse2, Delta, dQ,
-    KeyMask, AttnMask, CuSeqQ, CuSeqK,
+    KeyMask, AttnMask, CuSeqQ, CuSeqK, FullNum, FullIdx, PartNum, PartIdx,
     qk_scale, sm_scale,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
@@ -436,6 +686,7 @@ def _bwd_dq(
     stride_lb, stride_lh, stride_lm,
     stride_kmb, stride_kmn,
     stride_amb, stride_amh, stride_amm, stride_amn,
+    stride_snb, stride_snh, stride_sib, stride_sih, stride_sir,
     heads_q, group, seq_q, seq_k, window_left, window_right, head_dim,
     IS_VARLEN: tl.constexpr,
     BOTTOM_RIGHT: tl.constexpr,
@@ -443,6 +694,9 @@ def _bwd_dq(
     HAS_WINDOW_RIGHT: tl.constexpr,
     HAS_KEY_MASK: tl.constexpr,
     MASK_KIND: tl.constexpr,
+    SPARSE: tl.constexpr,
+    SPARSE_Q: tl.constexpr,
+    SPARSE_K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -500,33 +754,24 @@ def _bwd_dq(
     km_base = KeyMask + b64 * stride_kmb
     am_base = AttnMask + b64 * stride_amb + h64 * stride_amh
 
-    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    ANY_MASK: tl.constexpr = HAS_KEY_MASK or (MASK_KIND != 0)
-    lo, full_lo, full_hi, hi = _key_ranges(
-        m_start, n_k, diag, window_left, window_right,
-        BLOCK_M, BLOCK_N, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, ANY_MASK,
+    dq = _dq_rows(
+        q, do, lse2, delta, k_base, v_base, km_base, am_base, FullNum, FullIdx, PartNum,
+        PartIdx, m_start, b64, h64, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left,
+        window_right, qk_scale, head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn,
+        stride_amm, stride_amn, stride_snb, stride_snh, stride_sib, stride_sih, stride_sir, False,
+        HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, SPARSE, SPARSE_Q,
+        SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, DOT_PRECISION, UPCAST_DOT,
     )  # fmt: skip
-    dq = _dq_inner(
-        dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, lo, full_lo,
-        offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
-        stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn,
-        True, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_N, False,
-        DOT_PRECISION, UPCAST_DOT,
-    )  # fmt: skip
-    dq = _dq_inner(
-        dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, full_lo, full_hi,
-        offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
-        stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn,
-        False, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_N, EVEN_D,
-        DOT_PRECISION, UPCAST_DOT,
-    )  # fmt: skip
-    dq = _dq_inner(
-        dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, full_hi, hi,
-        offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
-        stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn,
-        True, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_N, False,
-        DOT_PRECISION, UPCAST_DOT,
-    )  # fmt: skip
+    # NOTE: excluded keys (module docstring): redo with the guard only if something leaked.
+    if tl.max(((dq != dq) | (tl.abs(dq) == float("inf"))).to(tl.int32)) > 0:
+        dq = _dq_rows(
+            q, do, lse2, delta, k_base, v_base, km_base, am_base, FullNum, FullIdx, PartNum,
+        PartIdx, m_start, b64, h64, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left,
+        window_right, qk_scale, head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn,
+        stride_amm, stride_amn, stride_snb, stride_snh, stride_sib, stride_sih, stride_sir, True,
+            HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, SPARSE, SPARSE_Q,
+        SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+        )  # fmt: skip
     dq = dq * sm_scale
     dq_base = dQ + b64 * stride_dqb + h64 * stride_dqh + q_start.to(tl.int64) * stride_dqm
     tl.store(

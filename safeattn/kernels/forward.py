@@ -1,8 +1,11 @@
 """Forward attention kernel (FlashAttention-2 style online softmax).
 
-One program computes BLOCK_M query rows of one (batch, query head). Key blocks are visited in
-three ranges: masked blocks before the fully-allowed ones, fully-allowed blocks (no masking
-code at all), masked blocks after. Scores live in the log2 domain: ``s2 = q·k · scale·log2(e)``
+One program computes BLOCK_M query rows of one (batch, query head). Without key_mask /
+attn_mask, key blocks are visited in three ranges computed from the causal/window geometry:
+masked blocks before the fully-allowed ones, fully-allowed blocks (no masking code at all),
+masked blocks after. With them, the program walks the tile lists of ``safeattn.blockmask``:
+its full tiles (no masking code), then its partial tiles (masked); empty tiles are never
+loaded. Scores live in the log2 domain: ``s2 = q·k · scale·log2(e)``
 so the exponentials are ``exp2``; the saved LSE is in that domain too (``lse2``), which keeps
 the backward exact for large logits (no ln/log2 round trip).
 
@@ -11,10 +14,14 @@ taken against a safe maximum of 0 so that ``exp2(-inf - (-inf))`` (NaN) never oc
 row's sum stays 0, its output is written as exactly 0 and its lse2 as -inf.
 
 NOTE: excluded values — ``p @ v`` with ``p = 0`` and a NaN in ``v`` is NaN, so masking the
-scores alone cannot keep a poisoned, excluded value out of a row. In masked blocks the kernel
-zeroes non-finite entries of V before the product and records, per row, whether any *allowed*
-key of that row had a non-finite value; such rows are written as NaN (contract item 3: an
-included non-finite input is never silently replaced).
+scores alone cannot keep a poisoned, excluded value out of a row. The guard (GUARD=True): in
+masked blocks the kernel zeroes non-finite entries of V before the product and records, per
+row, whether any *allowed* key of that row had a non-finite value; such rows are written as
+NaN (contract item 3: an included non-finite input is never silently replaced). The guard
+costs a scan of every masked V tile, so a program first runs without it: a leak can only
+show up as a non-finite accumulator, and only then (inputs holding NaN/Inf) does the program
+redo its rows with the guard. Finite inputs never pay for the scan; results are the same
+either way (for finite V, the guard changes nothing that reaches the product).
 """
 
 from __future__ import annotations
@@ -69,7 +76,7 @@ def _allowed_pairs(
 
 
 @triton.jit
-def _fwd_inner(
+def _fwd_step(
     acc,
     m_i,
     l_i,
@@ -79,8 +86,7 @@ def _fwd_inner(
     v_base,
     km_base,
     am_base,
-    start,
-    end,
+    start_n,
     offs_m,
     offs_n0,
     offs_d,
@@ -99,6 +105,122 @@ def _fwd_inner(
     stride_amm,
     stride_amn,
     MASKED: tl.constexpr,
+    GUARD: tl.constexpr,
+    HAS_WINDOW_LEFT: tl.constexpr,
+    HAS_WINDOW_RIGHT: tl.constexpr,
+    HAS_KEY_MASK: tl.constexpr,
+    MASK_KIND: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,
+):
+    """One key block [start_n, start_n + BLOCK_N) into the online softmax. MASKED=False is
+    the plain path: every pair of the block may attend and every row and key is in range."""
+    mask_d = offs_d < head_dim
+    offs_n = start_n + offs_n0
+    k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
+    v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    if MASKED:
+        kv_mask = (offs_n < n_k)[:, None] & mask_d[None, :]
+        k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
+        v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
+    elif EVEN_D:
+        k = tl.load(k_ptrs)
+        v = tl.load(v_ptrs)
+    else:
+        k = tl.load(k_ptrs, mask=mask_d[None, :], other=0.0)
+        v = tl.load(v_ptrs, mask=mask_d[None, :], other=0.0)
+    if UPCAST_DOT:
+        s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision=DOT_PRECISION)
+    else:
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+    s = s * qk_scale
+    if MASKED:
+        allowed, bias = _allowed_pairs(
+            offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
+            km_base, stride_kmn, am_base, stride_amm, stride_amn,
+            HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
+        )  # fmt: skip
+        if MASK_KIND == 2:
+            s = s + bias
+        s = tl.where(allowed, s, float("-inf"))
+        if GUARD:
+            # NOTE: excluded values (module docstring).
+            # Checked in fp32: the interpreter holds bf16 as raw bits.
+            v32 = v.to(tl.float32)
+            v_bad = (v32 != v32) | (tl.abs(v32) == float("inf"))
+            col_bad = tl.max(v_bad.to(tl.int32), 1)
+            row_bad = row_bad | tl.max((allowed & (col_bad[None, :] > 0)).to(tl.int32), 1)
+            v = tl.where(v_bad, 0.0, v)
+    elif MASK_KIND == 2:
+        # NOTE: full tiles of an additive mask — every entry is finite... or +inf/NaN, which
+        # is no exclusion (contract item 3) — so the bias is added without any selection.
+        s = s + _bias_tile(am_base, offs_m, offs_n, stride_amm, stride_amn)
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    # NOTE: empty rows (module docstring).
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.math.exp2(s - m_safe[:, None])
+    alpha = tl.math.exp2(m_i - m_safe)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    if UPCAST_DOT:
+        acc = tl.dot(p, v.to(tl.float32), acc, input_precision=DOT_PRECISION)
+    else:
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+    return acc, m_new, l_i, row_bad
+
+
+@triton.jit
+def _bias_tile(am_base, offs_m, offs_n, stride_amm, stride_amn):
+    """An additive mask's tile (log2 units), unmasked: only called on in-range tiles."""
+    am = tl.load(am_base + offs_m[:, None] * stride_amm + offs_n[None, :] * stride_amn)
+    return am.to(tl.float32) * LOG2E
+
+
+@triton.jit
+def _list_start(idx_ptr, t, SUB: tl.constexpr, SPARSE_BLOCK: tl.constexpr,
+                BLOCK: tl.constexpr):  # fmt: skip
+    """Start of the t-th kernel block when walking a tile list: tile t // SUB of the list,
+    kernel block t % SUB inside it (SUB = SPARSE_BLOCK // BLOCK)."""
+    tile = tl.load(idx_ptr + t // SUB)
+    return tile * SPARSE_BLOCK + (t % SUB) * BLOCK
+
+
+@triton.jit
+def _fwd_inner(
+    acc,
+    m_i,
+    l_i,
+    row_bad,
+    q,
+    k_base,
+    v_base,
+    km_base,
+    am_base,
+    start,
+    end,
+    idx_ptr,
+    offs_m,
+    offs_n0,
+    offs_d,
+    n_q,
+    n_k,
+    diag,
+    window_left,
+    window_right,
+    qk_scale,
+    head_dim,
+    stride_kn,
+    stride_kd,
+    stride_vn,
+    stride_vd,
+    stride_kmn,
+    stride_amm,
+    stride_amn,
+    MASKED: tl.constexpr,
+    GUARD: tl.constexpr,
+    LISTED: tl.constexpr,
+    SPARSE_K: tl.constexpr,
     HAS_WINDOW_LEFT: tl.constexpr,
     HAS_WINDOW_RIGHT: tl.constexpr,
     HAS_KEY_MASK: tl.constexpr,
@@ -108,54 +230,27 @@ def _fwd_inner(
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
 ):
-    mask_d = offs_d < head_dim
-    for start_n in tl.range(start, end, BLOCK_N):
-        offs_n = start_n + offs_n0
-        k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
-        v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
-        if MASKED:
-            kv_mask = (offs_n < n_k)[:, None] & mask_d[None, :]
-            k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
-            v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
-        elif EVEN_D:
-            k = tl.load(k_ptrs)
-            v = tl.load(v_ptrs)
-        else:
-            k = tl.load(k_ptrs, mask=mask_d[None, :], other=0.0)
-            v = tl.load(v_ptrs, mask=mask_d[None, :], other=0.0)
-        if UPCAST_DOT:
-            s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision=DOT_PRECISION)
-        else:
-            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-        s = s * qk_scale
-        if MASKED:
-            allowed, bias = _allowed_pairs(
-                offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
-                km_base, stride_kmn, am_base, stride_amm, stride_amn,
-                HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
+    """Key blocks [start, end) step BLOCK_N, or (LISTED) the kernel blocks t in [start, end)
+    of the tile list at ``idx_ptr`` (see ``_list_start``)."""
+    if LISTED:
+        for t in tl.range(start, end):
+            start_n = _list_start(idx_ptr, t, SPARSE_K // BLOCK_N, SPARSE_K, BLOCK_N)
+            acc, m_i, l_i, row_bad = _fwd_step(
+                acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, start_n,
+                offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale,
+                head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
+                stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK,
+                MASK_KIND, EVEN_D, DOT_PRECISION, UPCAST_DOT,
             )  # fmt: skip
-            if MASK_KIND == 2:
-                s = s + bias
-            s = tl.where(allowed, s, float("-inf"))
-            # NOTE: excluded values (module docstring).
-            # Checked in fp32: the interpreter holds bf16 as raw bits.
-            v32 = v.to(tl.float32)
-            v_bad = (v32 != v32) | (tl.abs(v32) == float("inf"))
-            col_bad = tl.max(v_bad.to(tl.int32), 1)
-            row_bad = row_bad | tl.max((allowed & (col_bad[None, :] > 0)).to(tl.int32), 1)
-            v = tl.where(v_bad, 0.0, v)
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        # NOTE: empty rows (module docstring).
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.math.exp2(s - m_safe[:, None])
-        alpha = tl.math.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        if UPCAST_DOT:
-            acc = tl.dot(p, v.to(tl.float32), acc, input_precision=DOT_PRECISION)
-        else:
-            acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
-        m_i = m_new
+    else:
+        for start_n in tl.range(start, end, BLOCK_N):
+            acc, m_i, l_i, row_bad = _fwd_step(
+                acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, start_n,
+                offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale,
+                head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
+                stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK,
+                MASK_KIND, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+            )  # fmt: skip
     return acc, m_i, l_i, row_bad
 
 
@@ -170,9 +265,9 @@ def _key_ranges(
     BLOCK_N: tl.constexpr,
     HAS_WINDOW_LEFT: tl.constexpr,
     HAS_WINDOW_RIGHT: tl.constexpr,
-    ANY_MASK: tl.constexpr,
 ):
-    """Key-block boundaries for query rows [m_start, m_start + BLOCK_M):
+    """Key-block boundaries for query rows [m_start, m_start + BLOCK_M) of a call without
+    key_mask / attn_mask (those take the tile lists of ``safeattn.block_mask``):
     [lo, full_lo) masked, [full_lo, full_hi) fully allowed, [full_hi, hi) masked."""
     m_last = m_start + BLOCK_M - 1
     lo = 0
@@ -191,11 +286,91 @@ def _key_ranges(
     if HAS_WINDOW_RIGHT:
         last_full = tl.maximum(m_start + diag + window_right + 1, 0)
         full_hi = tl.minimum(full_hi, (last_full // BLOCK_N) * BLOCK_N)
-    if ANY_MASK:
-        full_hi = lo
     full_lo = tl.minimum(full_lo, hi)
     full_hi = tl.maximum(tl.minimum(full_hi, hi), full_lo)
     return lo, full_lo, full_hi, hi
+
+
+@triton.jit
+def _fwd_rows(
+    q, k_base, v_base, km_base, am_base, FullNum, FullIdx, PartNum, PartIdx, m_start, b64, h,
+    offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
+    stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn,
+    stride_snb, stride_snh, stride_sib, stride_sih, stride_sir,
+    GUARD: tl.constexpr,
+    HAS_WINDOW_LEFT: tl.constexpr,
+    HAS_WINDOW_RIGHT: tl.constexpr,
+    HAS_KEY_MASK: tl.constexpr,
+    MASK_KIND: tl.constexpr,
+    SPARSE: tl.constexpr,
+    SPARSE_Q: tl.constexpr,
+    SPARSE_K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,
+):  # fmt: skip
+    """All key blocks of one program's rows: (acc, m_i, l_i, row_bad) of the online softmax.
+
+    SPARSE: the row block's full key tiles (plain path), then its partial ones (masked);
+    empty tiles are never visited. Otherwise: the analytic ranges of ``_key_ranges``."""
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    row_bad = tl.zeros([BLOCK_M], dtype=tl.int32)
+
+    if SPARSE:
+        tl.static_assert(SPARSE_Q % BLOCK_M == 0 and SPARSE_K % BLOCK_N == 0)
+        SUB: tl.constexpr = SPARSE_K // BLOCK_N
+        tile_m = m_start // SPARSE_Q
+        num_off = b64 * stride_snb + h.to(tl.int64) * stride_snh + tile_m
+        idx_off = b64 * stride_sib + h.to(tl.int64) * stride_sih + tile_m * stride_sir
+        n_full = tl.load(FullNum + num_off) * SUB
+        n_part = tl.load(PartNum + num_off) * SUB
+        acc, m_i, l_i, row_bad = _fwd_inner(
+            acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, 0, n_full,
+            FullIdx + idx_off, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left,
+            window_right, qk_scale, head_dim, stride_kn, stride_kd, stride_vn, stride_vd,
+            stride_kmn, stride_amm, stride_amn, False, GUARD, True, SPARSE_K, HAS_WINDOW_LEFT,
+            HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_N, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+        )  # fmt: skip
+        acc, m_i, l_i, row_bad = _fwd_inner(
+            acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, 0, n_part,
+            PartIdx + idx_off, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left,
+            window_right, qk_scale, head_dim, stride_kn, stride_kd, stride_vn, stride_vd,
+            stride_kmn, stride_amm, stride_amn, True, GUARD, True, SPARSE_K, HAS_WINDOW_LEFT,
+            HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_N, False, DOT_PRECISION, UPCAST_DOT,
+        )  # fmt: skip
+    else:
+        lo, full_lo, full_hi, hi = _key_ranges(
+            m_start, n_k, diag, window_left, window_right,
+            BLOCK_M, BLOCK_N, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
+        )  # fmt: skip
+        acc, m_i, l_i, row_bad = _fwd_inner(
+            acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, lo, full_lo,
+            FullIdx, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right,
+            qk_scale, head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn,
+            stride_amm, stride_amn, True, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT,
+            HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_N, False, DOT_PRECISION, UPCAST_DOT,
+        )  # fmt: skip
+        acc, m_i, l_i, row_bad = _fwd_inner(
+            acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, full_lo, full_hi,
+            FullIdx, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right,
+            qk_scale, head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn,
+            stride_amm, stride_amn, False, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT,
+            HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_N, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+        )  # fmt: skip
+        acc, m_i, l_i, row_bad = _fwd_inner(
+            acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, full_hi, hi,
+            FullIdx, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right,
+            qk_scale, head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn,
+            stride_amm, stride_amn, True, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT,
+            HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_N, False, DOT_PRECISION, UPCAST_DOT,
+        )  # fmt: skip
+
+    return acc, m_i, l_i, row_bad
 
 
 @triton.jit(do_not_specialize=["seq_q", "seq_k", "window_left", "window_right"])
@@ -209,6 +384,10 @@ def _attn_fwd(
     AttnMask,
     CuSeqQ,
     CuSeqK,
+    FullNum,
+    FullIdx,
+    PartNum,
+    PartIdx,
     qk_scale,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
@@ -217,6 +396,7 @@ def _attn_fwd(
     stride_lb, stride_lh, stride_lm,
     stride_kmb, stride_kmn,
     stride_amb, stride_amh, stride_amm, stride_amn,
+    stride_snb, stride_snh, stride_sib, stride_sih, stride_sir,
     heads_q,
     group,
     seq_q,
@@ -230,6 +410,9 @@ def _attn_fwd(
     HAS_WINDOW_RIGHT: tl.constexpr,
     HAS_KEY_MASK: tl.constexpr,
     MASK_KIND: tl.constexpr,  # 0 none, 1 bool (True = attend), 2 additive float
+    SPARSE: tl.constexpr,  # walk the tile lists of safeattn.block_mask (key_mask/attn_mask)
+    SPARSE_Q: tl.constexpr,
+    SPARSE_K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -277,37 +460,27 @@ def _attn_fwd(
     km_base = KeyMask + b64 * stride_kmb
     am_base = AttnMask + b64 * stride_amb + h.to(tl.int64) * stride_amh
 
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    row_bad = tl.zeros([BLOCK_M], dtype=tl.int32)
-
-    ANY_MASK: tl.constexpr = HAS_KEY_MASK or (MASK_KIND != 0)
-    lo, full_lo, full_hi, hi = _key_ranges(
-        m_start, n_k, diag, window_left, window_right,
-        BLOCK_M, BLOCK_N, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, ANY_MASK,
-    )  # fmt: skip
-    acc, m_i, l_i, row_bad = _fwd_inner(
-        acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, lo, full_lo,
-        offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
+    acc, m_i, l_i, row_bad = _fwd_rows(
+        q, k_base, v_base, km_base, am_base, FullNum, FullIdx, PartNum, PartIdx, m_start, b64,
+        h, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
         stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn,
-        True, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_N, False,
-        DOT_PRECISION, UPCAST_DOT,
+        stride_snb, stride_snh, stride_sib, stride_sih, stride_sir, False,
+        HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, SPARSE, SPARSE_Q,
+        SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, DOT_PRECISION, UPCAST_DOT,
     )  # fmt: skip
-    acc, m_i, l_i, row_bad = _fwd_inner(
-        acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, full_lo, full_hi,
-        offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
+    # NOTE: excluded values — a non-finite accumulator means NaN/Inf in V reached the
+    # product, whether from an allowed key (the guard marks the row) or an excluded one (the
+    # guard keeps it out): redo these rows with the guard.
+    acc_bad = tl.max(((acc != acc) | (tl.abs(acc) == float("inf"))).to(tl.int32))
+    if acc_bad > 0:
+        acc, m_i, l_i, row_bad = _fwd_rows(
+            q, k_base, v_base, km_base, am_base, FullNum, FullIdx, PartNum, PartIdx, m_start, b64,
+        h, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
         stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn,
-        False, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_N, EVEN_D,
-        DOT_PRECISION, UPCAST_DOT,
-    )  # fmt: skip
-    acc, m_i, l_i, row_bad = _fwd_inner(
-        acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, full_hi, hi,
-        offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
-        stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn,
-        True, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_N, False,
-        DOT_PRECISION, UPCAST_DOT,
-    )  # fmt: skip
+        stride_snb, stride_snh, stride_sib, stride_sih, stride_sir, True,
+            HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, SPARSE, SPARSE_Q,
+        SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+        )  # fmt: skip
 
     # NOTE: empty rows — l_i == 0 exactly when no key was allowed.
     empty = l_i == 0.0

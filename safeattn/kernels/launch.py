@@ -74,6 +74,12 @@ class Meta:
     mask_kind: int  # 0 none, 1 bool, 2 additive float
     scale: float
     deterministic: bool
+    sparse_q: int = 0  # tile of the block-mask summary (0: no summary, analytic ranges)
+    sparse_k: int = 0
+
+    @property
+    def sparse(self) -> bool:
+        return self.sparse_q > 0
 
     @property
     def flags(self) -> tuple:
@@ -84,6 +90,7 @@ class Meta:
             self.window_right >= 0,
             self.has_key_mask,
             self.mask_kind,
+            self.sparse,
         )
 
 
@@ -96,6 +103,9 @@ def _constexprs(meta: Meta, dtype: torch.dtype, cfg: KernelConfig) -> dict:
         HAS_WINDOW_RIGHT=meta.window_right >= 0,
         HAS_KEY_MASK=meta.has_key_mask,
         MASK_KIND=meta.mask_kind,
+        SPARSE=meta.sparse,
+        SPARSE_Q=max(meta.sparse_q, cfg.block_m),  # unused unless SPARSE
+        SPARSE_K=max(meta.sparse_k, cfg.block_n),
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
         BLOCK_D=bd,
@@ -220,15 +230,36 @@ def _mask_args(key_mask, attn_mask, fallback):
     return km, km_strides, am, am_strides
 
 
+def _tile_args(summary, transposed: bool, fallback: torch.Tensor) -> tuple:
+    """(full num, full idx, partial num, partial idx, 5 strides) of a block-mask summary,
+    the per-row-block lists or (transposed) the per-key-block ones; a size-1 batch or head
+    axis is read with stride 0. Without a summary: placeholders the kernel never reads."""
+    if summary is None:
+        return (fallback,) * 4 + (0,) * 5
+    if transposed:
+        tensors = (summary.q_full_num, summary.q_full_idx, summary.q_part_num, summary.q_part_idx)
+    else:
+        tensors = (summary.kv_full_num, summary.kv_full_idx, summary.kv_part_num,
+                   summary.kv_part_idx)  # fmt: skip
+    num, idx = tensors[0], tensors[1]
+
+    def axis(t, d):
+        return 0 if t.shape[d] == 1 else t.stride(d)
+
+    strides = (axis(num, 0), axis(num, 1), axis(idx, 0), axis(idx, 1), idx.stride(2))
+    return (*tensors, *strides)
+
+
 def _new_lse(q: torch.Tensor, meta: Meta) -> torch.Tensor:
     if meta.varlen:
         return torch.empty((meta.heads_q, q.shape[0]), device=q.device, dtype=torch.float32)
     return torch.empty((meta.batch, meta.heads_q, meta.seq_q), device=q.device, dtype=torch.float32)
 
 
-def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta):
+def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None):
     """Run the forward kernel. Returns ``(out, lse2)``; lse2 is the log2-domain LSE, fp32,
-    (B, Hq, Nq) dense or (Hq, total_q) varlen, -inf on empty rows."""
+    (B, Hq, Nq) dense or (Hq, total_q) varlen, -inf on empty rows. ``summary``: the
+    :class:`safeattn.blockmask.BlockSummary` of key_mask/attn_mask (needed iff meta.sparse)."""
     out = _alloc_like(q)
     lse2 = _new_lse(q, meta)
     if out.numel() == 0:
@@ -236,11 +267,12 @@ def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta):
     km, km_s, am, am_s = _mask_args(key_mask, attn_mask, q)
     cu_q = cu_q if cu_q is not None else q
     cu_k = cu_k if cu_k is not None else q
+    tiles = _tile_args(summary, False, q)
     args = (
-        q, k, v, out, lse2, km, am, cu_q, cu_k, meta.scale * _LOG2E,
+        q, k, v, out, lse2, km, am, cu_q, cu_k, *tiles[:4], meta.scale * _LOG2E,
         *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
         *_dense_strides(v, meta.varlen), *_dense_strides(out, meta.varlen),
-        *_lse_strides(lse2, meta.varlen), *km_s, *am_s,
+        *_lse_strides(lse2, meta.varlen), *km_s, *am_s, *tiles[4:],
         meta.heads_q, meta.heads_q // meta.heads_kv, meta.seq_q, meta.seq_k,
         meta.window_left, meta.window_right, meta.head_dim,
     )  # fmt: skip
@@ -249,7 +281,7 @@ def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta):
     return out, lse2
 
 
-def backward(q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, meta: Meta):
+def backward(q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None):
     """Run the three backward kernels. Returns ``(dq, dk, dv)`` shaped like q, k, v."""
     dq, dk, dv = _alloc_like(q), _alloc_like(k), _alloc_like(v)
     if meta.batch == 0 or meta.heads_q == 0:
@@ -273,23 +305,26 @@ def backward(q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, meta: Me
     _launch_pre(pre_args, pre_grid, meta, dt, dev)
 
     common = (meta.scale * _LOG2E, meta.scale)
+    tiles_t = _tile_args(summary, True, q)
     kv_args = (
-        q, k, v, dout, lse2, delta, dk, dv, km, am, cu_q, cu_k, *common,
+        q, k, v, dout, lse2, delta, dk, dv, km, am, cu_q, cu_k, *tiles_t[:4], *common,
         *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
         *_dense_strides(v, meta.varlen), *_dense_strides(dout, meta.varlen),
         *_dense_strides(dk, meta.varlen), *_dense_strides(dv, meta.varlen),
-        *_lse_strides(lse2, meta.varlen), *km_s, *am_s,
+        *_lse_strides(lse2, meta.varlen), *km_s, *am_s, *tiles_t[4:],
         meta.heads_kv, group, meta.seq_q, meta.seq_k,
         meta.window_left, meta.window_right, meta.head_dim,
     )  # fmt: skip
     kv_grid = lambda c: (triton.cdiv(meta.seq_k, c.block_n), meta.batch * meta.heads_kv)
     _launch("bwd_dkdv", _bwd_dkdv, kv_grid, kv_args, meta, dt, dev, meta.seq_q, meta.seq_k)
 
+    tiles = _tile_args(summary, False, q)
     q_args = (
-        q, k, v, dout, lse2, delta, dq, km, am, cu_q, cu_k, *common,
+        q, k, v, dout, lse2, delta, dq, km, am, cu_q, cu_k, *tiles[:4], *common,
         *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
         *_dense_strides(v, meta.varlen), *_dense_strides(dout, meta.varlen),
         *_dense_strides(dq, meta.varlen), *_lse_strides(lse2, meta.varlen), *km_s, *am_s,
+        *tiles[4:],
         meta.heads_q, group, meta.seq_q, meta.seq_k,
         meta.window_left, meta.window_right, meta.head_dim,
     )  # fmt: skip
@@ -323,18 +358,21 @@ class SafeAttentionFunction(torch.autograd.Function):
     """Autograd glue: forward saves (q, k, v, out, lse2); backward recomputes."""
 
     @staticmethod
-    def forward(ctx, q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta):
-        out, lse2 = forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta)
+    def forward(ctx, q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None):
+        out, lse2 = forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta, summary)
         ctx.save_for_backward(q, k, v, out, lse2, key_mask, attn_mask, cu_q, cu_k)
         ctx.meta = meta
+        ctx.summary = summary  # the block-mask tile lists, reused by the backward
         ctx.mark_non_differentiable(lse2)
         return out, lse2
 
     @staticmethod
     def backward(ctx, dout, _dlse2):
         q, k, v, out, lse2, key_mask, attn_mask, cu_q, cu_k = ctx.saved_tensors
-        dq, dk, dv = backward(q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, ctx.meta)
-        return dq, dk, dv, None, None, None, None, None
+        dq, dk, dv = backward(
+            q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, ctx.meta, ctx.summary
+        )
+        return dq, dk, dv, None, None, None, None, None, None
 
 
 def lse_natural(lse2: torch.Tensor) -> torch.Tensor:
