@@ -96,6 +96,7 @@ def _load_truth(relative: str, module_name: str):
 
 metrics = _load_truth("regress/metrics.py", "_safeattn_bench_metrics")
 gpu_limits = _load_truth("gpu_limits.py", "_safeattn_bench_gpu_limits")
+workloads = _load_truth("regress/workloads.py", "_safeattn_bench_workloads")
 
 
 def tracks_metric(method):
@@ -341,6 +342,28 @@ def cuda_event_samples(fn, samples: int, grad_to_none=(), warmup: int = 3) -> li
     return [start.elapsed_time(end) for start, end in zip(starts, ends, strict=True)]
 
 
+def dynamo_graphs() -> int:
+    """Graphs ``torch.compile`` has compiled in this process so far (dynamo's own counter).
+
+    The masked and model-step suites compare it before and after their timed calls: a
+    guard that fails on a new mask object would recompile there, and the samples would time
+    the compiler (or, past the recompile limit, the eager fallback) instead of the kernel.
+    """
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def check_no_compile(graphs_before: int, what: str) -> None:
+    """Raise (a Missing reason in the grid) if anything was compiled since ``graphs_before``."""
+    compiled = dynamo_graphs() - graphs_before
+    if compiled:
+        raise RuntimeError(
+            f"torch.compile compiled {compiled} graph(s) inside the timed region of {what} "
+            "(a guard failed on a new input): these samples would time the compiler"
+        )
+
+
 def dtype_of(name: str):
     """``"bfloat16"`` -> ``torch.bfloat16``."""
     import torch
@@ -355,7 +378,7 @@ def gpu_problem(seq_len: int, head_dim: int, gqa: int) -> tuple[int, int, int]:
     """(batch, query heads, key/value heads) of a GPU benchmark shape, as DESIGN.md fixes them:
     B = 16384 // N tokens per batch and Hq = 2048 // D so that work per call is constant
     across shapes; ``gqa`` query heads share one key/value head."""
-    heads_q = 2048 // head_dim
+    heads_q = workloads.heads_for(head_dim)
     return 16384 // seq_len, heads_q, heads_q // gqa
 
 

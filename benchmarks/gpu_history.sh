@@ -4,9 +4,10 @@
 #   bash benchmarks/gpu_history.sh [N] [extra benchmarks/run.py options, e.g. --same]
 #
 # N (default 5) commits: HEAD~N..HEAD, oldest first, one benchmarks/run.py call per commit,
-# the GPU suites only (run.py --suite gpu: LiveResources, Speed, Memory, Numerics; give
-# --suite/--bench to choose others). Suites already measured for a commit on this machine
-# (in results/) are skipped, so a second call resumes where a first one stopped.
+# the GPU suites only (run.py --suite gpu: LiveResources, Speed, Memory, Numerics,
+# ModelStep, MaskedSpeed; give --suite/--bench to choose others). Suites already measured
+# for a commit on this machine (in results/) are skipped, so a second call resumes where a
+# first one stopped.
 # --same imports each commit from a git worktree instead of building it in asv's virtualenv
 # (no build or install per suite: the cheaper choice under a device-time budget).
 #

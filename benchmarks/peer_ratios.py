@@ -4,7 +4,8 @@
 
 For one machine and commit (default: the newest measured commit of each machine), prints
 per speed metric and shape ``peer time / safeattn time`` (above 1: safeattn is faster) and
-the geometric mean per peer. Reads results through ``safeattn.regress.results`` (the
+the geometric mean per peer; ``--suite speed.MaskedSpeedSuite`` or ``speed.ModelStepSuite``
+for the masked-attention suites. Reads results through ``safeattn.regress.results`` (the
 loader the gate and dashboard use); not an asv suite.
 """
 
@@ -15,6 +16,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# Every speed suite's shape parameters (SpeedSuite, MaskedSpeedSuite, ModelStepSuite).
+SHAPE_PARAMS = ("dtype", "head_dim", "seq_len", "causal", "gqa", "mask", "padding")
 
 
 def ratio_table(
@@ -39,7 +42,7 @@ def ratio_table(
         newest = speed.sort_values("date").groupby("machine")["commit"].last()
         speed = speed[speed["commit"] == speed["machine"].map(newest)]
     # The suite's own shape parameters (the table has every suite's parameter columns).
-    shape = [c for c in ("dtype", "head_dim", "seq_len", "causal", "gqa") if c in speed]
+    shape = [c for c in SHAPE_PARAMS if c in speed]
     shape = [c for c in shape if speed[c].notna().all()]
     ratios = peer_over_own(speed, ["machine", "commit", "metric", *shape])
     return ratios.drop(columns=OWN_IMPL).reset_index()
@@ -58,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     if ratios.empty:
         print(f"no {args.suite} results with safeattn and peers found", file=sys.stderr)
         return 1
-    keys = {"machine", "commit", "metric", "dtype", "head_dim", "seq_len", "causal", "gqa"}
+    keys = {"machine", "commit", "metric", *SHAPE_PARAMS}
     peers = [c for c in ratios.columns if c not in keys]
     print(ratios.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
     print("\ngeometric mean of peer time / safeattn time (>1: safeattn faster):")

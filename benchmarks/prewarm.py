@@ -7,9 +7,11 @@ time in one process: safeattn's Triton kernels (every autotuning candidate of ev
 specialisation) and FlexAttention's Inductor graphs. Both compilers keep what they build on
 disk (Triton's cache, Inductor's FX-graph and kernel caches), keyed by the source and the
 compile options, not by the process. This module runs, in N processes at once, exactly the
-calls that compile (one untimed forward+backward per speed-grid shape; one trial per
-numerics case) for safeattn and FlexAttention, so that the suites' own single processes
-then find their kernels compiled. The SDPA peers compile nothing and are left out.
+calls that compile (one untimed forward+backward per speed-grid shape and per masked-speed
+combination; one trial per numerics case; one attention forward+backward per model-step
+combination, on inputs laid out as the model's) for safeattn and FlexAttention, so that the
+suites' own single processes then find their kernels compiled. The SDPA peers compile
+nothing and are left out.
 
 What it does not do: time anything or record anything. Its tuning runs on a shared GPU, so
 its choices are noise; they stay in its processes (safeattn's tuner keeps choices in
@@ -40,8 +42,9 @@ COMPILING_IMPLS = ("safeattn", "flex")
 
 
 def tasks() -> list[tuple]:
-    """("speed", impl, dtype, head_dim, seq_len, causal, gqa) and ("numerics", family, impl,
-    dtype) tuples, FlexAttention first (its compiles are the longest)."""
+    """("speed", impl, dtype, head_dim, seq_len, causal, gqa), ("masked", impl, dtype,
+    head_dim, mask), ("model", impl, seq_len, padding) and ("numerics", family, impl, dtype)
+    tuples, FlexAttention first (its compiles are the longest)."""
     from . import numerics, speed
     from ._common import pruned_reason
 
@@ -56,6 +59,18 @@ def tasks() -> list[tuple]:
             speed.GQA,
         )
         if combo[0] in COMPILING_IMPLS and pruned_reason(combo[0], combo[2]) is None
+    ]
+    todo += [
+        ("masked", *combo)
+        for combo in itertools.product(
+            speed.MASKED_IMPLS, speed.GPU_DTYPES, speed.GPU_HEAD_DIMS, speed.MASKS
+        )
+        if combo[0] in COMPILING_IMPLS
+    ]
+    todo += [
+        ("model", *combo)
+        for combo in itertools.product(speed.MODEL_IMPLS, speed.MODEL_SEQ_LENS, speed.PADDINGS)
+        if combo[0] in COMPILING_IMPLS
     ]
     todo += [
         ("numerics", family, impl, dtype)
@@ -86,6 +101,27 @@ def warm(task: tuple) -> tuple[tuple, float, str]:
             q, k, v, grad_out = attention_inputs(impl, dtype, seq_len, head_dim, gqa)
             with impl_context(impl):
                 fn(q, k, v).backward(grad_out)
+        elif task[0] == "masked":
+            from . import _masks
+
+            impl, dtype, head_dim, mask = task[1:]
+            case = _masks.mask_case(mask, impl, dtype, head_dim)
+            q, k, v, grad_out = case.inputs
+            case.call(q, k, v).backward(grad_out)
+        elif task[0] == "model":
+            # The model's attention calls only, not its training step: the step needs
+            # several GB, and a dozen of these processes share one GPU.
+            from . import _llama
+            from ._common import workloads
+
+            impl, seq_len, padding = task[1:]
+            pads = workloads.model_padding(padding, seq_len)
+            batch = _llama.make_batch(workloads.MODEL, pads, seq_len, "cuda")
+            attend = _llama.attention_for(impl, batch.keep, seq_len, "cuda")
+            q, k, v, grad_out = _llama.qkv_like_model(
+                workloads.MODEL, workloads.MODEL_BATCH, seq_len, "bfloat16", "cuda"
+            )
+            attend(q, k, v).backward(grad_out)
         else:
             from safeattn import families
 
@@ -103,14 +139,15 @@ def warm(task: tuple) -> tuple[tuple, float, str]:
         )
 
 
-def run(workers: int) -> int:
-    """Warm the caches with ``workers`` processes; returns the number of failed tasks."""
+def run(workers: int, kinds: tuple[str, ...] | None = None) -> int:
+    """Warm the caches with ``workers`` processes; returns the number of failed tasks.
+    ``kinds``: only these task kinds ("speed", "masked", "model", "numerics")."""
     from ._common import cuda_usable
 
     if not cuda_usable():
         print("[prewarm] no usable CUDA GPU here: nothing to warm", flush=True)
         return 0
-    todo = tasks()
+    todo = [t for t in tasks() if kinds is None or t[0] in kinds]
     print(f"[prewarm] {len(todo)} compiling calls in {workers} processes", flush=True)
     start = time.perf_counter()
     failed = 0

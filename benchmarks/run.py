@@ -295,21 +295,33 @@ def write_sidecars(results: Path, machine: str, started: float, info: dict) -> l
 
 
 # Every suite with the name prefix its benchmarks share. Selections are anchored (asv -b is
-# re.search: a bare "NumericsSuite" also matches InterpreterNumericsSuite). The order is the
-# order a run measures them in: GPU suites first, cheapest first, so that a time budget
-# (--budget-s) cuts the most expensive one; CPU-capable suites after them.
+# re.search: a bare "NumericsSuite" also matches InterpreterNumericsSuite, and a bare
+# "SpeedSuite" MaskedSpeedSuite; the trailing dot keeps "speed.SpeedSuite." from matching
+# anything longer). The order is the order a run measures them in: GPU suites first,
+# cheapest first, so that a time budget (--budget-s) cuts the most expensive one, the
+# masked-attention suites (issue 11) after the established four, so that a budgeted history
+# run still measures those first; CPU-capable suites after them.
 SUITES: dict[str, str] = {
     "LiveResourcesSuite": "resources.LiveResourcesSuite.",
     "SpeedSuite": "speed.SpeedSuite.",
     "MemorySuite": "memory.MemorySuite.",
     "NumericsSuite": "numerics.NumericsSuite.",
+    "ModelStepSuite": "speed.ModelStepSuite.",
+    "MaskedSpeedSuite": "speed.MaskedSpeedSuite.",
     "StaticAuditSuite": "resources.StaticAuditSuite.",
     "InterpreterSpeedSuite": "speed.InterpreterSpeedSuite.",
     "InterpreterNumericsSuite": "numerics.InterpreterNumericsSuite.",
 }
 GROUPS: dict[str, tuple[str, ...]] = {
     # Need a CUDA GPU (pruned from the grid without one: benchmarks/_common.py).
-    "gpu": ("LiveResourcesSuite", "SpeedSuite", "MemorySuite", "NumericsSuite"),
+    "gpu": (
+        "LiveResourcesSuite",
+        "SpeedSuite",
+        "MemorySuite",
+        "NumericsSuite",
+        "ModelStepSuite",
+        "MaskedSpeedSuite",
+    ),
     # Run anywhere; their figures do not depend on the GPU (the static audit cross-compiles
     # for every architecture), so a CPU machine can record them for every commit.
     "cpu": ("StaticAuditSuite", "InterpreterSpeedSuite", "InterpreterNumericsSuite"),

@@ -8,6 +8,53 @@
     128 only (NaN, "pruned", at 64: see "Cost" below). SDPA's math backend is left out here
     (a correctness baseline, not a speed peer; numerics.py has it).
 
+``MaskedSpeedSuite`` (GPU only, like SpeedSuite)
+    impl × dtype × head_dim × mask: safeattn beside FlexAttention (compiled, at both head
+    dims: it is the peer issue 11's targets name) and SDPA pinned to cuDNN and
+    memory-efficient (the SDPA backends that take a mask; flash takes none), on four masked
+    workloads, all causal (top-left), H = 2048 // D
+    (``safeattn/regress/workloads.py`` holds them; ``benchmarks/_masks.py`` builds the
+    masks). Attended (query, key) pairs per head, the FLOP count's basis
+    (``metrics.attended_flops``: 4·pairs·H·D forward):
+
+    - ``key_padding_causal``: B=8, N=2048, element b loses round(0.6·N·b/7) keys to left
+      padding (0, 176, ..., 1229). safeattn ``attention(causal=True, key_mask=keep)``;
+      flex a BlockMask of causal & key kept; SDPA a dense (B, 1, N, N) bool mask.
+      8,872,404 pairs.
+    - ``sliding_window``: B=2, N=8192, each query sees itself and the 1023 keys before it.
+      safeattn ``attention(causal=True, window=(1023, 0))``; flex a window BlockMask; SDPA a
+      dense (1, 1, N, N) bool mask. 15,729,664 pairs.
+    - ``varlen_docs``: 10 documents of unequal lengths (893 ... 2978 tokens) packed into
+      16384 tokens, causal within each document. safeattn ``varlen_attention`` on the packed
+      (T, H, D) layout with int32 ``cu_seqlens``; flex a same-document & causal BlockMask on
+      one (1, H, 16384, D) sequence; SDPA a dense (1, 1, T, T) bool mask. 17,091,056 pairs.
+    - ``bool_mask``: B=4, N=4096, left padding of 0/512/1024/2048 tokens, given as the dense
+      (B, 1, N, N) bool mask causal & key kept that transformers' ``sdpa_mask`` passes to
+      SDPA (recent transformers do not un-mask the padding's empty rows; see
+      ``_masks.unmask_empty_rows``). safeattn ``scaled_dot_product_attention(attn_mask=)``,
+      SDPA the same mask, flex a BlockMask of the same structure (built from the (B, N)
+      padding mask, as transformers' flex path does). 21,633,280 pairs.
+
+    Every mask (the ``key_mask`` tensor, the dense masks, BlockMasks, ``cu_seqlens``) is
+    built once, outside the timed region: a model builds them once per step and reuses them
+    in every layer. Rows of the padding have no key: what the SDPA peers return there (0,
+    or garbage from cuDNN: DESIGN.md) does not change their time. A peer that refuses a
+    mask reports NaN with its error on stderr; nothing is pruned.
+
+``ModelStepSuite`` (GPU only)
+    impl (safeattn, sdpa = PyTorch's default SDPA backend choice, flex) × seq_len × padding:
+    one training step (forward, float32 cross-entropy over the non-padding labels,
+    backward; no optimizer) of the Llama-style decoder of ``benchmarks/_llama.py`` (4
+    layers, hidden 2048, 16 query / 4 KV heads of 128, SwiGLU, rotary, vocabulary 8192,
+    bf16 weights), B=4. ``padding="left"``: element b loses round(0.5·N·b/3) tokens
+    (0–50 %) to left padding, passed as each implementation's natural mask, built inside the
+    timed step once per batch as a training loop does (``_llama.attention_for`` documents
+    them). ``track_step_ms``: CUDA-event samples of whole steps (parameter gradients reset
+    to None between steps, outside the timed region), after two untimed steps that compile,
+    autotune and prove that a new batch's mask does not recompile. ``track_peak_bytes``:
+    ``torch.cuda.max_memory_allocated()`` during one step less what was allocated before it
+    (weights and batch).
+
 ``InterpreterSpeedSuite`` (anywhere)
     safeattn under Triton's interpreter at a tiny shape, beside the pure-PyTorch reference:
     slow, but a kernel change that does much more work shows up on a CPU-only machine
@@ -46,6 +93,8 @@ asv's virtualenv mode, ``gpu_history.sh 8`` (results/nvidia-h200, commits 0ef47c
   Numerics 186), later commits 191-432 s (Numerics 48-308: see docs/perf's H100 log).
 - FlexAttention still runs at head_dim 128 only (``_common.FLEX_HEAD_DIMS``; the other
   entries are NaN, "pruned"): each shape costs a forward+backward compile.
+- MaskedSpeedSuite (16 FlexAttention compiles, prewarmed) and ModelStepSuite (4) have not
+  been timed on a GPU yet; ``python -m benchmarks.smoke`` runs both grids outside asv.
 
 A peer that cannot run a shape (e.g. a backend without GQA support) reports NaN, with the
 backend's error as the reason on stderr; it is not pruned from the grid, because which
@@ -62,8 +111,10 @@ from ._common import (
     Missing,
     attention_call,
     attention_inputs,
+    check_no_compile,
     cuda_event_samples,
     cuda_usable,
+    dynamo_graphs,
     impl_context,
     launch_note,
     lookup,
@@ -77,6 +128,7 @@ from ._common import (
     tuner_timings,
     unless_pruned,
     use_interpreter,
+    workloads,
 )
 
 # The SDPA math backend is a correctness baseline, not a speed peer (see module doc).
@@ -88,6 +140,14 @@ CAUSAL = [False, True]
 GQA = [1, 4]  # query heads per key/value head (1: multi-head attention)
 
 PASSES = ("forward", "backward", "fwd_bwd")
+
+# MaskedSpeedSuite: FlexAttention and the SDPA backends that accept a mask.
+MASKED_IMPLS: list[str] = [metrics.OWN_IMPL, "flex", "sdpa_cudnn", "sdpa_efficient"]
+MASKS: list[str] = list(workloads.MASK_KINDS)
+# ModelStepSuite ("sdpa": PyTorch's default backend choice, not pinned).
+MODEL_IMPLS: list[str] = [metrics.OWN_IMPL, "sdpa", "flex"]
+MODEL_SEQ_LENS = [2048, 4096]
+PADDINGS: list[str] = list(workloads.PADDING_LABELS)
 
 # Tiny interpreter problem: (B, H, N, D), float32.
 CPU_SHAPE = (1, 2, 64, 32)
@@ -110,11 +170,30 @@ def per_pass(by_combo: dict) -> dict:
 
 def _gpu_times(impl: str, dtype: str, head_dim: int, seq_len: int, causal: bool, gqa: int):
     """{pass: [ms, ...]} for one implementation and shape on cuda:0."""
+    fn = attention_call(impl, causal, seq_len, gqa)
+    inputs = attention_inputs(impl, dtype, seq_len, head_dim, gqa)
+    return _time_passes("speed", (impl, dtype, head_dim, seq_len, causal, gqa), fn, inputs)
+
+
+def _masked_times(impl: str, dtype: str, head_dim: int, mask: str):
+    """{pass: [ms, ...]} for one implementation on one mask kind (masks built first)."""
+    from . import _masks
+
+    case = _masks.mask_case(mask, impl, dtype, head_dim)
+    combo = (impl, dtype, head_dim, mask)
+    return _time_passes("masked-speed", combo, case.call, case.inputs, guard_compiles=True)
+
+
+def _time_passes(tag: str, combo: tuple, fn, inputs: tuple, guard_compiles: bool = False):
+    """{pass: [ms, ...]} of ``fn(q, k, v)`` on ``inputs`` = (q, k, v, grad_out), for the
+    implementation ``combo[0]``: an untimed forward+backward (compile, autotune, or raise
+    if it cannot run), then forward, backward (one graph replayed) and forward+backward.
+    ``guard_compiles``: fail rather than time a torch.compile recompile."""
     import torch
 
+    impl = combo[0]
     samples = 10 if quick() else 30
-    fn = attention_call(impl, causal, seq_len, gqa)
-    q, k, v, grad_out = attention_inputs(impl, dtype, seq_len, head_dim, gqa)
+    q, k, v, grad_out = inputs
     grads = [q, k, v]
     own = impl == metrics.OWN_IMPL
     before = tuner_timings() if own else {}
@@ -123,18 +202,66 @@ def _gpu_times(impl: str, dtype: str, head_dim: int, seq_len: int, causal: bool,
         fn(q, k, v).backward(grad_out)
         torch.cuda.synchronize()
         if own:  # which configs the timed calls below run (a tuner flip shows here)
-            shape = (impl, dtype, head_dim, seq_len, causal, gqa)
-            progress(f"[speed] {shape} launched {launch_note(before)}")
+            progress(f"[{tag}] {combo} launched {launch_note(before)}")
+        graphs = dynamo_graphs() if guard_compiles else 0
 
         def bench(call):
             return cuda_event_samples(call, samples, grad_to_none=grads)
 
         graph = fn(q, k, v)  # one forward graph, its backward replayed
-        return {
+        times = {
             "forward": bench(lambda: fn(q, k, v)),
             "backward": bench(lambda: graph.backward(grad_out, retain_graph=True)),
             "fwd_bwd": bench(lambda: fn(q, k, v).backward(grad_out)),
         }
+        if guard_compiles:
+            check_no_compile(graphs, str(combo))
+        return times
+
+
+def _model_step(impl: str, seq_len: int, padding: str) -> dict:
+    """{"step_ms": [ms, ...], "peak_bytes": n} of ModelStepSuite's training step on cuda:0."""
+    import torch
+
+    from . import _llama
+
+    cfg = workloads.MODEL
+    params = _llama.init_params(cfg, "cuda", "bfloat16")
+    batch = _llama.make_batch(cfg, workloads.model_padding(padding, seq_len), seq_len, "cuda")
+    weights = list(params.values())
+    own = impl == metrics.OWN_IMPL
+    before = tuner_timings() if own else {}
+
+    def step():
+        return _llama.train_step(params, cfg, batch, impl)
+
+    # Untimed: compiles and autotunes; the second step's new mask objects must reuse the
+    # first one's compiled graphs (checked below, around the timed steps).
+    for _ in range(2):
+        loss = step()
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"loss is {loss.item()} ({impl}, padding={padding})")
+    torch.cuda.synchronize()
+    if own:
+        progress(f"[model-step] {(impl, seq_len, padding)} launched {launch_note(before)}")
+    graphs = dynamo_graphs()
+    times = cuda_event_samples(step, 10 if quick() else 30, grad_to_none=weights)
+    check_no_compile(graphs, f"{impl} training step")
+
+    for p in weights:
+        p.grad = None
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    allocated = torch.cuda.memory_allocated()
+    step()
+    torch.cuda.synchronize()
+    return {"step_ms": times, "peak_bytes": int(torch.cuda.max_memory_allocated() - allocated)}
+
+
+def _step_summary(value: dict) -> str:
+    median = sorted(value["step_ms"])[len(value["step_ms"]) // 2]
+    return f"{median:.1f} ms/step, peak {value['peak_bytes'] / 2**30:.2f} GiB"
 
 
 class SpeedSuite:
@@ -174,8 +301,78 @@ class SpeedSuite:
         return sample_result(lookup(cache, ("fwd_bwd", *combo)))
 
 
+class MaskedSpeedSuite:
+    """GPU time of safeattn and its peers on masked workloads; see the module docstring."""
+
+    params = (MASKED_IMPLS, GPU_DTYPES, GPU_HEAD_DIMS, MASKS)
+    param_names = (metrics.IMPL_PARAM, "dtype", "head_dim", "mask")
+    timeout = GRID_TIMEOUT_S
+    version = "masked-speed-1"  # bump when what it measures changes (see _common)
+
+    def setup(self, cache, *combo):
+        lookup(cache, ("forward", *combo))  # not measured: skipped (NaN) here, not failed (_common)
+
+    def setup_cache(self) -> dict:
+        require_cuda()
+        import torch
+
+        by_combo = measure_grid(
+            "masked-speed",
+            itertools.product(*self.params),
+            _masked_times,
+            describe=_medians,
+            after=torch.cuda.empty_cache,
+        )
+        return per_pass(by_combo)
+
+    @tracks_metric
+    def track_forward_ms(self, cache, *combo):
+        return sample_result(lookup(cache, ("forward", *combo)))
+
+    @tracks_metric
+    def track_backward_ms(self, cache, *combo):
+        return sample_result(lookup(cache, ("backward", *combo)))
+
+    @tracks_metric
+    def track_fwd_bwd_ms(self, cache, *combo):
+        return sample_result(lookup(cache, ("fwd_bwd", *combo)))
+
+
+class ModelStepSuite:
+    """Training-step time and peak memory of a small decoder; see the module docstring."""
+
+    params = (MODEL_IMPLS, MODEL_SEQ_LENS, PADDINGS)
+    param_names = (metrics.IMPL_PARAM, "seq_len", "padding")
+    timeout = GRID_TIMEOUT_S
+    version = "model-step-1"  # bump when what it measures changes (see _common)
+
+    def setup(self, cache, *combo):
+        lookup(cache, combo)  # not measured: skipped (NaN) here, not failed (_common)
+
+    def setup_cache(self) -> dict:
+        require_cuda()
+        import torch
+
+        return measure_grid(
+            "model-step",
+            itertools.product(*self.params),
+            _model_step,
+            describe=_step_summary,
+            after=torch.cuda.empty_cache,
+        )
+
+    @tracks_metric
+    def track_step_ms(self, cache, *combo):
+        return sample_result(lookup(cache, combo)["step_ms"])
+
+    @tracks_metric
+    def track_peak_bytes(self, cache, *combo):
+        return lookup(cache, combo)["peak_bytes"]
+
+
 if not cuda_usable():
-    del SpeedSuite  # pruned: no usable CUDA GPU here (asv then lists no such benchmark)
+    # pruned: no usable CUDA GPU here (asv then lists no such benchmark)
+    del SpeedSuite, MaskedSpeedSuite, ModelStepSuite
 
 
 def _cpu_times(impl: str, causal: bool) -> dict[str, list[float]]:

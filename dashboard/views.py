@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from safeattn.gpu_limits import ARCHS
+from safeattn.regress import workloads
 from safeattn.regress.compare import (
     VERDICTS,
     Policy,
@@ -26,6 +27,7 @@ from safeattn.regress.metrics import (
     IMPL_PARAM,
     METRICS,
     OWN_IMPL,
+    attended_flops,
     attention_flops,
     tflops,
 )
@@ -56,7 +58,12 @@ TIME_METRIC_PASSES: dict[str, str] = {
     "fwd_bwd_ms": "fwd_bwd",
 }
 # Parameters the history page offers as filters, in this order (when the data has them).
-FILTER_PARAMS: tuple[str, ...] = ("dtype", "head_dim", "seq_len", "causal", IMPL_PARAM)
+FILTER_PARAMS: tuple[str, ...] = (
+    "dtype", "head_dim", "seq_len", "causal", "mask", "padding", IMPL_PARAM,
+)
+# The masked-attention speed suite: its rows have a mask kind, not a shape (TFLOP/s on
+# attended pairs, safeattn.regress.workloads).
+MASKED_SUITE = "speed.MaskedSpeedSuite"
 RESOURCE_METRICS: tuple[str, ...] = ("shared_bytes", "registers", "spills")
 SAFETY_METRICS: tuple[str, ...] = tuple(n for n, m in METRICS.items() if m.kind == "safety")
 # Parameter names (first found wins) that give the FLOP count's batch and head count.
@@ -254,8 +261,9 @@ def add_tflops(rows: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     Batch and head count come from ``batch``/``heads`` parameters when the benchmark has
     them, else, for the GPU speed grid (``speed.SpeedSuite``: seq_len and head_dim
     parameters only), from the suite's own shape rule ``benchmarks._common.gpu_problem``.
-    Returns ``(rows, None)``, or ``(rows unchanged, why not)`` when the metric is not a
-    time or the shape cannot be recovered.
+    ``speed.MaskedSpeedSuite`` rows count the FLOPs of their workload's attended pairs
+    only (``safeattn.regress.workloads``). Returns ``(rows, None)``, or ``(rows
+    unchanged, why not)`` when the metric is not a time or the shape cannot be recovered.
     """
     if rows.empty:
         return rows, "no rows"
@@ -263,6 +271,8 @@ def add_tflops(rows: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     pass_ = TIME_METRIC_PASSES.get(metric)
     if pass_ is None:
         return rows, f"TFLOP/s is derived from time metrics only ({', '.join(TIME_METRIC_PASSES)})"
+    if set(rows["suite"]) == {MASKED_SUITE}:
+        return _masked_tflops(rows, pass_)
     cols = {
         "seq_q": _first_present(rows, _SEQ_Q_PARAMS),
         "seq_k": _first_present(rows, _SEQ_K_PARAMS),
@@ -296,6 +306,40 @@ def add_tflops(rows: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
         return tflops(value, flops)
 
     return rows.assign(tflops=[one(i) for i in rows.index]), None
+
+
+def _masked_tflops(rows: pd.DataFrame, pass_: str) -> tuple[pd.DataFrame, str | None]:
+    """TFLOP/s of MaskedSpeedSuite rows: FLOPs on the workload's attended pairs only
+    (``workloads.MaskWorkload.attended_pairs``, H = 2048 // D)."""
+    unknown = sorted(set(rows["mask"].dropna()) - set(workloads.MASK_WORKLOADS))
+    if "head_dim" not in rows.columns or rows["head_dim"].isna().any() or unknown:
+        return rows, f"TFLOP/s needs a known mask kind and head_dim (unknown: {unknown})"
+
+    def one(value: float, mask: str, head_dim: Any) -> float:
+        if not (isinstance(value, float) and math.isfinite(value) and value > 0):
+            return math.nan
+        pairs = workloads.MASK_WORKLOADS[mask].attended_pairs()
+        d = int(head_dim)
+        return tflops(value, attended_flops(pairs, workloads.heads_for(d), d, pass_))
+
+    values = zip(rows["value"], rows["mask"], rows["head_dim"], strict=True)
+    return rows.assign(tflops=[one(*v) for v in values]), None
+
+
+def shape_label(params: dict[str, Any]) -> str:
+    """A peer row's shape for people: its parameters without ``impl``, a mask kind and a
+    padding by their workload labels: ``"dtype=bfloat16 head_dim=128 mask=left padding
+    0–60 % + causal, ..."``."""
+    labels = {
+        "mask": {k: w.label for k, w in workloads.MASK_WORKLOADS.items()},
+        "padding": workloads.PADDING_LABELS,
+    }
+    shown = {
+        name: labels.get(name, {}).get(value, value)
+        for name, value in params.items()
+        if name != IMPL_PARAM
+    }
+    return format_param_key(shown)
 
 
 def _gpu_problem() -> Any:
@@ -370,7 +414,8 @@ def peer_ratios(loaded: LoadedResults, machine: str, commit: str) -> pd.DataFram
     One row per (benchmark, shape, peer) where both safeattn and the peer have a value:
     ``ratio`` = how many times worse safeattn is than the peer in the metric's own
     direction (> 1 = safeattn worse; for a time, safeattn time ÷ peer time), and
-    ``speedup`` = 1 / ratio. ``shape`` is the param_key without the impl parameter.
+    ``speedup`` = 1 / ratio. ``shape`` is the param_key without the impl parameter,
+    ``label`` the same for people (:func:`shape_label`: mask kinds and paddings described).
     Safety rates (must be 0) are left to :func:`numerics`.
     """
     rows = _rows(loaded, machine, commit)
@@ -378,14 +423,18 @@ def peer_ratios(loaded: LoadedResults, machine: str, commit: str) -> pd.DataFram
     rows = rows[rows["params"].map(lambda p: IMPL_PARAM in p) & rows["better"].notna()]
     # Rates that must be 0 have no meaningful ratio (0 ÷ 0): the numerics page shows them.
     rows = rows[~rows["metric"].isin(SAFETY_METRICS)]
-    columns = ["machine", "benchmark", "metric", "unit", "better", "shape", "peer",
+    columns = ["machine", "benchmark", "metric", "unit", "better", "shape", "label", "peer",
                "safeattn_value", "peer_value", "ratio", "speedup"]
     if rows.empty:
         return pd.DataFrame(columns=columns)
     shape = rows["params"].map(
         lambda p: format_param_key({k: v for k, v in p.items() if k != IMPL_PARAM})
     )
-    rows = rows.assign(shape=shape, impl=rows["params"].map(lambda p: p[IMPL_PARAM]))
+    rows = rows.assign(
+        shape=shape,
+        label=rows["params"].map(shape_label),
+        impl=rows["params"].map(lambda p: p[IMPL_PARAM]),
+    )
     own = rows[rows["impl"] == OWN_IMPL][["benchmark", "shape", "value"]]
     peers = rows[rows["impl"] != OWN_IMPL]
     pairs = peers.merge(own, on=["benchmark", "shape"], suffixes=("_peer", "_own"))
@@ -404,6 +453,7 @@ def peer_ratios(loaded: LoadedResults, machine: str, commit: str) -> pd.DataFram
         "unit": pairs["unit"],
         "better": pairs["better"],
         "shape": pairs["shape"],
+        "label": pairs["label"],
         "peer": pairs["impl"],
         "safeattn_value": pairs["value_own"],
         "peer_value": pairs["value_peer"],

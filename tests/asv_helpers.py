@@ -21,6 +21,12 @@ from functools import cache
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# The package files benchmarks/_common.py loads by path (_load_truth): part of the suite.
+TRUTH_FILES = (
+    "safeattn/regress/metrics.py",
+    "safeattn/regress/workloads.py",
+    "safeattn/gpu_limits.py",
+)
 RUN_TIMEOUT_S = 900  # the full CPU part takes ~1-3 min on 2 cores; fail clearly, not hang
 
 
@@ -132,8 +138,9 @@ def make_venv_layout(root: Path, base_python: str) -> VenvLayout:
     """Build the GPU machines' layout under ``root`` in a few seconds, without a download:
     ``base_python -m venv --without-pip``, its site-packages replaced by a link to the
     directory that holds this interpreter's torch (and asv, triton, ...), and a ``git clone``
-    of this repository with the working tree's benchmarks/ and asv.conf.json copied over
-    (the suite under test; the package measured is the clone's HEAD)."""
+    of this repository with the working tree's benchmarks/, asv.conf.json and
+    :data:`TRUTH_FILES` copied over (the suite under test; the package measured is the
+    clone's HEAD)."""
     import torch
 
     venv = root / "venv"
@@ -149,8 +156,79 @@ def make_venv_layout(root: Path, base_python: str) -> VenvLayout:
         REPO / "benchmarks", clone / "benchmarks", ignore=shutil.ignore_patterns("__pycache__")
     )
     shutil.copy2(REPO / "asv.conf.json", clone / "asv.conf.json")
+    # The suite's own sources of truth, which benchmarks/_common.py loads by path from the
+    # suite's checkout (not from the package measured).
+    for truth in TRUTH_FILES:
+        shutil.copy2(REPO / truth, clone / truth)
     if (REPO / ".whl").is_dir():  # offline wheels for the benchmark virtualenv (run.py)
         shutil.copytree(REPO / ".whl", clone / ".whl")
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "PYTHONPATH")}
     env["PATH"] = os.pathsep.join([str(venv / "bin"), env.get("PATH", "")])
     return VenvLayout(clone=clone, python=venv / "bin" / "python", env=env)
+
+
+# --- synthetic asv results (for GPU suites this CPU cannot run) ----------------------------
+
+# asv 0.6's result row fields, in the order its result files name them.
+RESULT_COLUMNS = (
+    "result", "params", "version", "started_at", "duration", "stats_ci_99_a",
+    "stats_ci_99_b", "stats_q_25", "stats_q_75", "stats_number", "stats_repeat", "samples",
+    "profile",
+)
+
+
+def write_asv_results(
+    results: Path,
+    machine: str,
+    commit: str,
+    date_ms: int,
+    benchmarks: dict[str, tuple[list[str], list[list], dict, str]],
+) -> Path:
+    """Write one commit's results in asv 0.6's format (result file, machine.json and
+    benchmarks.json entries) without running asv: for the GPU suites, which a CPU machine
+    cannot run. ``benchmarks``: name -> (param_names, param values per parameter, {combo:
+    value}, version), a value being a list of samples (stored as asv stores a track_'s
+    samples protocol: the median, a 99 % interval, the samples), a number, NaN (skipped) or
+    None (failed). Returns the result file."""
+    import itertools
+    import math
+    import statistics
+
+    (results / machine).mkdir(parents=True, exist_ok=True)
+    (results / machine / "machine.json").write_text(
+        json.dumps({"machine": machine, "arch": "x86_64", "version": 1})
+    )
+    described_path = results / "benchmarks.json"
+    described = json.loads(described_path.read_text()) if described_path.exists() else {}
+    rows = {}
+    for name, (names, values, measured, version) in benchmarks.items():
+        params = [[repr(v) for v in vals] for vals in values]
+        described[name] = {"name": name, "param_names": names, "params": params,
+                           "type": "track", "unit": "unit", "version": version}
+        fields: dict[str, list] = {k: [] for k in ("result", "ci_a", "ci_b", "samples")}
+        for combo in itertools.product(*values):
+            value = measured.get(combo, math.nan)
+            if isinstance(value, list):
+                mid = statistics.median(value)
+                fields["result"].append(mid)
+                fields["ci_a"].append(min(value))
+                fields["ci_b"].append(max(value))
+                fields["samples"].append(value)
+            else:
+                fields["result"].append(value)
+                fields["ci_a"].append(None)
+                fields["ci_b"].append(None)
+                fields["samples"].append(None)
+        rows[name] = [fields["result"], params, version, date_ms, 1.0, fields["ci_a"],
+                      fields["ci_b"], None, None, None, None, fields["samples"]]
+    described["version"] = 2
+    described_path.write_text(json.dumps(described, indent=1))
+    data = {
+        "commit_hash": commit, "env_name": "existing-py", "date": date_ms,
+        "params": {"machine": machine}, "python": "3.11", "requirements": {}, "env_vars": {},
+        "result_columns": list(RESULT_COLUMNS), "results": rows, "durations": {}, "version": 2,
+    }
+    path = results / machine / f"{commit[:8]}-existing-py.json"
+    # asv writes NaN for a skipped benchmark (json.dumps allows it, as asv's own writer).
+    path.write_text(json.dumps(data))
+    return path

@@ -18,6 +18,7 @@ from asv_helpers import REPO, asv_cpu_run, make_venv_layout, torchless_python
 
 from safeattn import families
 from safeattn.kernels import configs
+from safeattn.regress import workloads
 from safeattn.regress.metrics import METRICS, OWN_IMPL, PEERS, metric_for
 
 sys.path.insert(0, str(REPO))  # the benchmarks package lives at the repository root
@@ -49,6 +50,7 @@ def test_fixed_grids_match_the_package():
     assert list(families.FAMILIES) == numerics.FAMILIES
     assert speed.GPU_IMPLS[0] == OWN_IMPL and set(speed.GPU_IMPLS[1:]) <= set(PEERS)
     assert [OWN_IMPL, *PEERS] == numerics.GPU_IMPLS
+    assert speed.MASKED_IMPLS[0] == OWN_IMPL and set(speed.MASKED_IMPLS[1:]) <= set(PEERS)
 
 
 def test_gpu_suites_are_pruned_without_a_gpu():
@@ -56,6 +58,8 @@ def test_gpu_suites_are_pruned_without_a_gpu():
     assert usable == torch.cuda.is_available()
     for module, name in [
         (speed, "SpeedSuite"),
+        (speed, "MaskedSpeedSuite"),
+        (speed, "ModelStepSuite"),
         (memory, "MemorySuite"),
         (resources, "LiveResourcesSuite"),
         (numerics, "NumericsSuite"),
@@ -109,6 +113,156 @@ def test_gpu_grids_record_a_value_or_a_reason_for_every_entry(monkeypatch):
                 assert isinstance(value, common.Missing) and "No available kernel" in value.reason
             else:
                 assert value in ([1.0, 2.0, 3.0], 2**20), (combo, value)
+
+
+def test_masked_suites_have_the_params_and_versions_issue_11_fixes(monkeypatch):
+    """The names the gate, the dashboard and the README report read (DESIGN.md, "New asv
+    suites"): exactly these parameters, values, methods and versions."""
+    gpu_speed = _with_gpu_suites("speed", monkeypatch)
+    masked, model = gpu_speed.MaskedSpeedSuite, gpu_speed.ModelStepSuite
+    assert masked.param_names == ("impl", "dtype", "head_dim", "mask")
+    assert masked.params == (
+        ["safeattn", "flex", "sdpa_cudnn", "sdpa_efficient"],
+        ["float16", "bfloat16"],
+        [64, 128],
+        ["key_padding_causal", "sliding_window", "varlen_docs", "bool_mask"],
+    )
+    assert masked.version == "masked-speed-1"
+    assert model.param_names == ("impl", "seq_len", "padding")
+    assert model.params == (["safeattn", "sdpa", "flex"], [2048, 4096], ["none", "left"])
+    assert model.version == "model-step-1"
+    for suite, metrics in [(masked, ("forward_ms", "backward_ms", "fwd_bwd_ms")),
+                           (model, ("step_ms", "peak_bytes"))]:
+        tracked = sorted(n.removeprefix("track_") for n in vars(suite) if n.startswith("track_"))
+        assert tracked == sorted(metrics), suite
+        for metric in metrics:
+            assert getattr(suite, f"track_{metric}").unit == METRICS[metric].unit
+
+
+def test_masked_grids_record_a_value_or_a_reason_for_every_entry(monkeypatch):
+    """MaskedSpeedSuite's and ModelStepSuite's setup_cache with the measurement replaced:
+    every entry (masked: every pass) holds a value or the Missing reason of a refusal, and
+    the track methods return asv's samples protocol or skip with the reason."""
+    gpu_speed = _with_gpu_suites("speed", monkeypatch)
+    times = {name: [1.0, 2.0, 3.0] for name in speed.PASSES}
+
+    def masked(impl, dtype, head_dim, mask):
+        if impl == "sdpa_cudnn" and mask == "varlen_docs":
+            raise RuntimeError("No available kernel. Aborting execution.")
+        return times
+
+    def model(impl, seq_len, padding):
+        if impl == "flex" and seq_len == 4096:
+            raise FloatingPointError("loss is nan")
+        return {"step_ms": [5.0, 6.0], "peak_bytes": 3 * 2**30}
+
+    monkeypatch.setattr(gpu_speed, "_masked_times", masked)
+    monkeypatch.setattr(gpu_speed, "_model_step", model)
+    masked_suite, model_suite = gpu_speed.MaskedSpeedSuite(), gpu_speed.ModelStepSuite()
+    timed, stepped = masked_suite.setup_cache(), model_suite.setup_cache()
+
+    combos = list(itertools.product(*gpu_speed.MaskedSpeedSuite.params))
+    assert len(combos) == 64
+    assert set(timed) == {(name, *c) for c in combos for name in speed.PASSES}
+    for combo in combos:
+        for name in speed.PASSES:
+            value = timed[(name, *combo)]
+            if combo[0] == "sdpa_cudnn" and combo[3] == "varlen_docs":
+                assert isinstance(value, common.Missing) and "No available" in value.reason
+            else:
+                assert value == times[name]
+    refused = ("sdpa_cudnn", "bfloat16", 128, "varlen_docs")
+    with pytest.raises(NotImplementedError, match="No available kernel"):
+        masked_suite.setup(timed, *refused)
+    ok = ("safeattn", "bfloat16", 128, "bool_mask")
+    assert masked_suite.track_backward_ms(timed, *ok) == {"samples": times["backward"], "number": 1}
+
+    model_combos = list(itertools.product(*gpu_speed.ModelStepSuite.params))
+    assert set(stepped) == set(model_combos) and len(model_combos) == 12
+    for combo in model_combos:
+        if combo[0] == "flex" and combo[1] == 4096:
+            assert isinstance(stepped[combo], common.Missing)
+            with pytest.raises(NotImplementedError, match="loss is nan"):
+                model_suite.setup(stepped, *combo)
+        else:
+            assert model_suite.track_step_ms(stepped, *combo) == {"samples": [5.0, 6.0],
+                                                                  "number": 1}
+            assert model_suite.track_peak_bytes(stepped, *combo) == 3 * 2**30
+
+
+def test_masked_timing_refuses_to_time_a_recompile(monkeypatch, capsys):
+    """_masked_times with CUDA faked: the three passes are timed on the mask case's call,
+    safeattn's configs are logged; a torch.compile graph compiled during the timed calls
+    (a guard failing on a new input) makes the entry a reason, not a sample."""
+    from types import SimpleNamespace
+
+    from safeattn.kernels import launch
+
+    gpu_speed = _with_gpu_suites("speed", monkeypatch)
+    masks = importlib.import_module("benchmarks._masks")
+
+    class Out:
+        def backward(self, _grad, retain_graph=False):
+            pass
+
+    case = masks.MaskCase(call=lambda q, k, v: Out(), inputs=(None, None, None, None))
+    monkeypatch.setattr(masks, "mask_case", lambda *a, **k: case)
+    monkeypatch.setattr(gpu_speed, "cuda_event_samples", lambda call, n, grad_to_none: [1.0])
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(launch, "launched_kernels",
+                        lambda: {"forward": SimpleNamespace(config="M128-N64-w4-s3")})
+    monkeypatch.setattr(launch, "tuning_timings", dict)
+    graphs = iter(range(100))
+    monkeypatch.setattr(gpu_speed, "dynamo_graphs", lambda: 7)
+    monkeypatch.setattr(common, "dynamo_graphs", lambda: 7)
+    times = gpu_speed._masked_times(OWN_IMPL, "bfloat16", 128, "bool_mask")
+    assert times == {name: [1.0] for name in speed.PASSES}
+    assert "[masked-speed] ('safeattn', 'bfloat16', 128, 'bool_mask') launched forward=" in (
+        capsys.readouterr().err
+    )
+    monkeypatch.setattr(gpu_speed, "dynamo_graphs", lambda: next(graphs))
+    monkeypatch.setattr(common, "dynamo_graphs", lambda: next(graphs))
+    with pytest.raises(RuntimeError, match=r"compiled 1 graph\(s\) inside the timed region"):
+        gpu_speed._masked_times("flex", "bfloat16", 128, "bool_mask")
+
+
+def test_gpu_smoke_prints_every_combination_or_its_reason(monkeypatch):
+    """benchmarks/smoke.py (the GPU smoke run outside asv) with the measurements faked: a
+    row per selected combination, ms and attended-pair TFLOP/s or the reason, the peer
+    ratios per mask kind; --only narrows the grid, --budget-s stops starting entries."""
+    smoke = importlib.import_module("benchmarks.smoke")
+    gpu_speed = _with_gpu_suites("speed", monkeypatch)
+
+    def masked(impl, dtype, head_dim, mask):
+        if impl == "sdpa_cudnn":
+            raise RuntimeError("No available kernel. Aborting execution.")
+        scale = 2.0 if impl == "flex" else 1.0
+        return {"forward": [scale], "backward": [2 * scale], "fwd_bwd": [3 * scale]}
+
+    monkeypatch.setattr(gpu_speed, "_masked_times", masked)
+    monkeypatch.setattr(gpu_speed, "_model_step",
+                        lambda impl, n, padding: {"step_ms": [50.0], "peak_bytes": 2**31})
+    only = smoke.parse_only(["impl=safeattn,flex,sdpa_cudnn", "head_dim=128"])
+    text = smoke.run(gpu_speed, ("masked", "model"), only, budget_s=0)
+    lines = text.splitlines()
+    kp = [ln for ln in lines if ln.startswith("safeattn") and "key_padding_causal" in ln]
+    assert len(kp) == 2, text  # two dtypes at head_dim 128
+    pairs = workloads.MASK_WORKLOADS["key_padding_causal"].attended_pairs()
+    fwd_tflops = 4 * pairs * 16 * 128 / 1e-3 / 1e12
+    assert "1.000 / 2.000 / 3.000" in kp[0] and f"{fwd_tflops:.0f} / " in kp[0], kp[0]
+    refused = [ln for ln in lines if ln.startswith("sdpa_cudnn")]
+    assert len(refused) == 8 and all("not measured: RuntimeError: No available" in ln
+                                     for ln in refused)
+    ratios = text.split("peer time / safeattn time")[1].splitlines()
+    assert ratios[1].split() == ["mask", "pass", "flex", "sdpa_cudnn"]
+    assert "bool_mask forward 2.00 (n=2) -" in [" ".join(ln.split()) for ln in ratios], text
+    model_lines = [ln for ln in lines if ln.split()[:1] in (["safeattn"], ["flex"])
+                   and ("none" in ln.split() or "left" in ln.split())]
+    assert len(model_lines) == 8 and all("50.00" in ln and "2.00" in ln for ln in model_lines)
+    late = smoke.run(gpu_speed, ("model",), {}, budget_s=1e-9)
+    assert late.count("not measured: TimeoutError: not started") == 12, late
+    with pytest.raises(ValueError, match="NAME=VALUE"):
+        smoke.parse_only(["impl"])
 
 
 def test_live_resources_record_each_kernel_and_log_the_tuners_choice(monkeypatch, capsys):
@@ -236,6 +390,12 @@ def test_suite_selections_are_anchored():
             name = f"{prefix}track_nonfinite_rate('leftpad_causal', 'safeattn')"
             assert bool(re.search(run.suite_regex(suite), name)) == (suite == other), (suite, name)
     assert set(run.GROUPS["gpu"]) | set(run.GROUPS["cpu"]) == set(run.SUITES)
+    # SpeedSuite is a suffix of MaskedSpeedSuite: the anchor keeps them apart both ways.
+    masked = "speed.MaskedSpeedSuite.track_forward_ms('safeattn', 'bfloat16', 64, 'bool_mask')"
+    dense = "speed.SpeedSuite.track_forward_ms('safeattn', 'bfloat16', 64, 1024, True, 1)"
+    assert not re.search(run.suite_regex("SpeedSuite"), masked)
+    assert not re.search(run.suite_regex("MaskedSpeedSuite"), dense)
+    assert {"MaskedSpeedSuite", "ModelStepSuite"} <= set(run.GROUPS["gpu"])
 
 
 def test_every_discovered_benchmark_belongs_to_a_registered_suite():
@@ -421,6 +581,15 @@ def test_benchmarks_json_keeps_what_this_machine_did_not_discover(tmp_path):
     merged = json.loads(path.read_text())
     assert merged["speed.SpeedSuite.track_forward_ms"] == {"unit": "ms"}
     assert "speed.InterpreterSpeedSuite.track_forward_ms" in merged
+
+
+def test_the_venv_layout_carries_every_file_the_suite_loads_by_path():
+    # _common._load_truth reads these from the suite's checkout; a clone at HEAD with the
+    # working tree's benchmarks/ but an older package would lack a new one.
+    from asv_helpers import TRUTH_FILES
+
+    loaded = re.findall(r'_load_truth\("([^"]+)"', (REPO / "benchmarks/_common.py").read_text())
+    assert loaded and {f"safeattn/{path}" for path in loaded} == set(TRUTH_FILES)
 
 
 def test_default_mode_from_a_venv_whose_base_lacks_torch(tmp_path):

@@ -45,13 +45,13 @@ heat = (
     .mark_rect()
     .encode(
         x=alt.X("peer:N", title="peer"),
-        y=alt.Y("shape:N", title=None, axis=alt.Axis(labelLimit=500)),
+        y=alt.Y("label:N", title=None, axis=alt.Axis(labelLimit=500)),
         color=alt.Color(
             "log2_ratio:Q", title="log2(safeattn ÷ peer)",
             scale=alt.Scale(scheme="redyellowgreen", reverse=True, domain=[-4, 4], domainMid=0),
         ),
         column=alt.Column("machine:N", title=None),
-        tooltip=["machine", "commit", "shape", "peer",
+        tooltip=["machine", "commit", "label", "shape", "peer",
                  alt.Tooltip("safeattn_value:Q", format=".4g"),
                  alt.Tooltip("peer_value:Q", format=".4g"),
                  alt.Tooltip("ratio:Q", format=".3f")],

@@ -40,6 +40,9 @@ METRICS: dict[str, Metric] = {
         Metric("nonfinite_rate", "fraction", "lower", "safety", "non-finite rate", True),
         Metric("wrong_result_rate", "fraction", "lower", "safety", "wrong-result rate", True),
         Metric("max_rel_error", "relative", "lower", "accuracy", "max error vs fp64 reference"),
+        # speed.ModelStepSuite: one training step of a small decoder (forward + loss + backward).
+        Metric("step_ms", "ms", "lower", "speed", "training step time"),
+        Metric("peak_bytes", "bytes", "lower", "memory", "peak extra GPU memory (training step)"),
     )
 }
 
@@ -56,17 +59,26 @@ def metric_for(benchmark: str) -> Metric | None:
     return METRICS.get(method[len("track_") :])
 
 
+def attended_flops(pairs: float, heads: int, head_dim: int, pass_: str) -> float:
+    """FLOPs of attention over ``pairs`` attended (query, key) pairs per head, as DESIGN.md
+    counts them: fwd = 4·pairs·H·D (two matmuls, 2 FLOPs per multiply-add), bwd = 2.5 ×
+    fwd, fwd_bwd = 3.5 × fwd. ``pass_`` is ``"forward"``, ``"backward"`` or ``"fwd_bwd"``.
+
+    Masked workloads count only the pairs that attend
+    (:meth:`safeattn.regress.workloads.MaskWorkload.attended_pairs`): skipped blocks are
+    work a kernel should not do, not work it did.
+    """
+    factor = {"forward": 1.0, "backward": 2.5, "fwd_bwd": 3.5}[pass_]
+    return 4.0 * pairs * heads * head_dim * factor
+
+
 def attention_flops(
     batch: int, heads: int, seq_q: int, seq_k: int, head_dim: int, causal: bool, pass_: str
 ) -> float:
-    """FLOPs of one attention call, as DESIGN.md counts them.
-
-    fwd = 4·B·H·Nq·Nk·D (halved when causal), bwd = 2.5 × fwd, fwd_bwd = 3.5 × fwd.
-    ``pass_`` is ``"forward"``, ``"backward"`` or ``"fwd_bwd"``.
-    """
-    fwd = 4.0 * batch * heads * seq_q * seq_k * head_dim * (0.5 if causal else 1.0)
-    factor = {"forward": 1.0, "backward": 2.5, "fwd_bwd": 3.5}[pass_]
-    return fwd * factor
+    """FLOPs of one dense attention call, as DESIGN.md counts them: :func:`attended_flops`
+    of B·Nq·Nk pairs, halved when causal."""
+    pairs = batch * seq_q * seq_k * (0.5 if causal else 1.0)
+    return attended_flops(pairs, heads, head_dim, pass_)
 
 
 def tflops(time_ms: float, flops: float) -> float:

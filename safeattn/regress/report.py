@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import workloads
 from .metrics import OWN_IMPL, PEERS
 from .results import LoadedResults, load_results
 
@@ -81,13 +82,20 @@ SPEED_PASSES = ("forward_ms", "backward_ms", "fwd_bwd_ms")
 SHAPE_KEYS = ["dtype", "head_dim", "seq_len", "causal", "gqa"]  # a speed row's shape
 
 
-def _speed_rows(loaded: LoadedResults, machine: str) -> tuple[str | None, pd.DataFrame]:
-    commit = _newest_commit(loaded, machine, SPEED_SUITE)
+def _suite_rows(
+    loaded: LoadedResults, machine: str, suite: str
+) -> tuple[str | None, pd.DataFrame]:
+    """(the machine's newest commit with results of ``suite``, that commit's ok rows)."""
+    commit = _newest_commit(loaded, machine, suite)
     t = loaded.table
     if commit is None:
         return None, t.iloc[0:0]
-    rows = t[(t["machine"] == machine) & (t["suite"] == SPEED_SUITE) & (t["commit"] == commit)]
+    rows = t[(t["machine"] == machine) & (t["suite"] == suite) & (t["commit"] == commit)]
     return commit, rows[rows["status"] == "ok"]
+
+
+def _speed_rows(loaded: LoadedResults, machine: str) -> tuple[str | None, pd.DataFrame]:
+    return _suite_rows(loaded, machine, SPEED_SUITE)
 
 
 def peer_over_own(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -151,12 +159,115 @@ def speed_table(loaded: LoadedResults, machine: str) -> str:
     return "\n".join(lines)
 
 
+MASKED_SUITE = "speed.MaskedSpeedSuite"
+MASKED_KEYS = ["dtype", "head_dim", "mask"]  # a masked-speed row's shape
+
+
+def _ms(x: float) -> str:
+    return "–" if x is None or not math.isfinite(x) else f"{x:.3f}"
+
+
+def masked_table(loaded: LoadedResults, machine: str) -> str:
+    """"safeattn vs peers per mask kind": per mask kind and pass, the geometric mean over
+    dtype × head dim of peer time / safeattn time (above 1: safeattn faster), beside
+    safeattn's own bf16 D=128 time, at the machine's newest commit with MaskedSpeedSuite
+    results; '' when there is none."""
+    commit, rows = _suite_rows(loaded, machine, MASKED_SUITE)
+    if commit is None or rows.empty:
+        return ""
+    peers = [p for p in PEERS if p in set(rows["impl"])]
+    lines = [
+        f"safeattn vs peers per mask kind on `{machine}` at `{commit[:8]}`: peer time / "
+        "safeattn time, geometric mean over fp16/bf16 × D=64/128 (above 1: safeattn is "
+        "faster; – = the peer cannot run the mask), and safeattn's bf16 D=128 time:",
+        "",
+        "| mask | pass | safeattn ms (bf16, D=128) | " + " | ".join(peers) + " |",
+        "|---|---|---|" + "---|" * len(peers),
+    ]
+    for mask in [m for m in workloads.MASK_KINDS if m in set(rows["mask"])]:
+        for metric in SPEED_PASSES:
+            of_mask = rows[(rows["metric"] == metric) & (rows["mask"] == mask)]
+            ratios = peer_over_own(of_mask, MASKED_KEYS)
+            own = of_mask[
+                (of_mask["impl"] == OWN_IMPL)
+                & (of_mask["dtype"] == "bfloat16")
+                & (of_mask["head_dim"] == 128)
+            ]["value"]
+            cells = [_ms(own.iloc[0] if len(own) else math.nan)]
+            for peer in peers:
+                gm, n = geomean(ratios[peer]) if peer in ratios.columns else (math.nan, 0)
+                cells.append("–" if math.isnan(gm) else f"{gm:.2f} (n={n})")
+            lines.append(
+                f"| {mask} | {metric.removesuffix('_ms')} | " + " | ".join(cells) + " |"
+            )
+    lines += ["", "Workloads (causal, H·D = 2048; masks built once, outside the timed calls):"]
+    lines += [f"- `{m}`: {w.label}" for m, w in workloads.MASK_WORKLOADS.items()]
+    return "\n".join(lines)
+
+
+MODEL_SUITE = "speed.ModelStepSuite"
+
+
+def _gib(n: float) -> str:
+    return "–" if n is None or not math.isfinite(n) else f"{n / 2**30:.2f}"
+
+
+def model_step_table(loaded: LoadedResults, machine: str) -> str:
+    """ModelStepSuite's step time per seq_len × padding × implementation (peers also as a
+    ratio to safeattn) and safeattn's peak extra memory, at the machine's newest commit
+    with its results; '' when there is none."""
+    commit, rows = _suite_rows(loaded, machine, MODEL_SUITE)
+    if commit is None or rows.empty:
+        return ""
+    impls = [i for i in (OWN_IMPL, "sdpa", "flex") if i in set(rows["impl"])]
+    impls += sorted(set(rows["impl"]) - set(impls))
+    steps = rows[rows["metric"] == "step_ms"].pivot_table(
+        index=["seq_len", "padding"], columns="impl", values="value", aggfunc="first"
+    )
+    peaks = rows[rows["metric"] == "peak_bytes"].pivot_table(
+        index=["seq_len", "padding"], columns="impl", values="value", aggfunc="first"
+    )
+    lines = [
+        f"Training step of a Llama-style decoder on `{machine}` at `{commit[:8]}` "
+        f"({workloads.MODEL.summary()}; B={workloads.MODEL_BATCH}, bf16; forward, loss, "
+        "backward): ms per step (peers: and peer time / safeattn time, above 1: safeattn is "
+        "faster; – = not measured), and peak extra GPU memory:",
+        "",
+        "| seq_len | padding | " + " | ".join(f"{i} ms" for i in impls)
+        + " | peak GiB (" + " / ".join(impls) + ") |",
+        "|---|---|" + "---|" * (len(impls) + 1),
+    ]
+    paddings = list(workloads.PADDING_LABELS)
+    keys = sorted(steps.index, key=lambda k: (k[0], paddings.index(k[1]) if k[1] in paddings
+                                              else len(paddings)))
+    for seq_len, padding in keys:
+        step = steps.loc[(seq_len, padding)]
+        own = step.get(OWN_IMPL, math.nan)
+        cells = []
+        for impl in impls:
+            value = step.get(impl, math.nan)
+            text = "–" if not math.isfinite(value) else f"{value:.1f}"
+            if impl != OWN_IMPL and math.isfinite(value) and math.isfinite(own) and own > 0:
+                text += f" ({value / own:.2f})"
+            cells.append(text)
+        peak = peaks.loc[(seq_len, padding)] if (seq_len, padding) in peaks.index else {}
+        gib = " / ".join(_gib(peak.get(i, math.nan)) for i in impls)
+        label = workloads.PADDING_LABELS.get(padding, padding)
+        lines.append(f"| {seq_len} | {label} | " + " | ".join(cells) + f" | {gib} |")
+    return "\n".join(lines)
+
+
 def readme_block(results_dir: str | Path) -> str:
     """Every table this module makes, for each machine with results, in machine order."""
     loaded = load_results(results_dir)
     parts = []
     for machine in sorted(loaded.machines):
-        parts += [speed_table(loaded, machine), numerics_table(loaded, machine)]
+        parts += [
+            speed_table(loaded, machine),
+            masked_table(loaded, machine),
+            model_step_table(loaded, machine),
+            numerics_table(loaded, machine),
+        ]
     parts = [p for p in parts if p]
     if not parts:
         return "No GPU results yet: run `python benchmarks/run.py` on a GPU machine."
