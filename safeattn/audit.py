@@ -229,7 +229,7 @@ def _jobs(archs, kernels, dtypes, head_dims, variants, configs_override=None):
                     for arch in archs:
                         limits = ARCHS[arch]
                         cfgs = configs_override or configs.candidates(
-                            kernel, hd, dtype, limits.smem_optin_bytes
+                            kernel, hd, dtype, limits.smem_optin_bytes, variant == "masked"
                         )
                         for cfg in cfgs:
                             yield (kernel, limits, dtype, hd, variant, cfg)

@@ -87,19 +87,31 @@ _FP32: dict[str, dict[int, list[KernelConfig]]] = {
     "bwd_preprocess": _HALF["bwd_preprocess"],
 }
 
-# Configs whose compiled shared memory exceeds the 101376 bytes of sm86/sm89 (measured by
-# ``python -m safeattn.audit`` on 2026-11-21, triton 3.6): shipped only to GPUs with at least
-# LARGE_SMEM_BYTES (sm80, sm90). Keyed by (kernel, head-dim bucket, fp32?, config).
+# Configs whose compiled shared memory exceeds what some supported GPUs offer, and the bytes
+# they need (measured by ``python -m safeattn.audit``, cross-compiled: the plain variant on
+# 2026-11-21 with triton 3.6, recorded as LARGE_SMEM_BYTES, i.e. "sm80 and sm90 only"; the
+# block-mask variant on 2026-11-23 with triton 3.9, whose plain path also pipelines the
+# additive-mask tile). A config is shipped to a GPU only if its opt-in limit covers the need.
+# Keyed by (kernel, head-dim bucket, fp32?, block-mask variant?, config).
 LARGE_SMEM_BYTES = 160 * 1024
-_NEEDS_LARGE_SMEM: set[tuple[str, int, bool, KernelConfig]] = {
-    ("forward", 128, False, C(128, 128, 8, 3)),
-    ("forward", 128, False, C(128, 64, 8, 4)),
-    ("forward", 256, False, C(128, 64, 8, 2)),
-    ("forward", 256, False, C(64, 64, 4, 2)),
-    ("bwd_dkdv", 128, False, C(64, 128, 8, 1)),
-    ("bwd_dkdv", 256, True, C(16, 32, 4, 1)),
-    ("bwd_dq", 128, False, C(128, 64, 8, 3)),
-}
+_SMEM_NEEDED: dict[tuple[str, int, bool, bool, KernelConfig], int] = {
+    **{(kernel, bucket, fp32, masked, cfg): LARGE_SMEM_BYTES
+       for kernel, bucket, fp32, cfg in (
+           ("forward", 128, False, C(128, 128, 8, 3)),
+           ("forward", 128, False, C(128, 64, 8, 4)),
+           ("forward", 256, False, C(128, 64, 8, 2)),
+           ("forward", 256, False, C(64, 64, 4, 2)),
+           ("bwd_dkdv", 128, False, C(64, 128, 8, 1)),
+           ("bwd_dkdv", 256, True, C(16, 32, 4, 1)),
+           ("bwd_dq", 128, False, C(128, 64, 8, 3)),
+       )
+       for masked in (False, True)},
+    ("forward", 128, False, True, C(128, 128, 8, 3)): 196_608,
+    ("forward", 128, False, True, C(128, 64, 8, 3)): 114_688,
+    ("bwd_dkdv", 128, False, True, C(64, 128, 8, 2)): 107_264,
+    ("bwd_dq", 128, False, True, C(128, 32, 4, 3)): 102_400,
+}  # fmt: skip
+
 
 # Under the interpreter: small, unequal blocks so that CPU tests with short sequences still
 # cross block boundaries on both axes.
@@ -121,23 +133,28 @@ def _bucket(head_dim_block: int) -> int:
 
 
 def candidates(
-    kernel: str, head_dim_block: int, dtype: torch.dtype, smem_limit: int | None = None
+    kernel: str,
+    head_dim_block: int,
+    dtype: torch.dtype,
+    smem_limit: int | None = None,
+    masked: bool = False,
 ) -> list[KernelConfig]:
     """The shipped configs for one kernel, head-dim tile (16..256) and dtype, best first.
 
-    ``smem_limit`` (the GPU's opt-in shared memory per block, bytes) drops the configs that
-    only fit GPUs with :data:`LARGE_SMEM_BYTES`; None keeps every config.
+    ``smem_limit`` (the GPU's opt-in shared memory per block, bytes) drops the configs known
+    to need more (:data:`_SMEM_NEEDED`); None keeps every config. ``masked``: the block-mask
+    variant (a key_mask or attn_mask), which needs more shared memory for some configs.
     """
     fp32 = dtype == torch.float32
     bucket = _bucket(head_dim_block)
     table = _FP32 if fp32 else _HALF
-    small_gpu = smem_limit is not None and smem_limit < LARGE_SMEM_BYTES
     return [
         c
         for c in table[kernel][bucket]
         if keep(c, kernel, head_dim_block)
-        and not (small_gpu and (kernel, bucket, fp32, c) in _NEEDS_LARGE_SMEM)
-    ]
+        and (smem_limit is None or _SMEM_NEEDED.get((kernel, bucket, fp32, masked, c), 0)
+             <= smem_limit)
+    ]  # fmt: skip
 
 
 def keep(cfg: KernelConfig, kernel: str, head_dim_block: int) -> bool:

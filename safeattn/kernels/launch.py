@@ -165,7 +165,9 @@ def _choose(name, fn, grid, args, meta, dtype, device):
     single = meta.deterministic or not configs.autotune_enabled()
     fitting = []
     failed = []
-    for cfg in configs.candidates(name, configs.block_d(meta.head_dim), dtype, limit):
+    for cfg in configs.candidates(
+        name, configs.block_d(meta.head_dim), dtype, limit, masked=meta.sparse
+    ):
         try:
             compiled = fn.warmup(*args, grid=grid(cfg), **_constexprs(meta, dtype, cfg))
         except Exception as exc:  # a compiler crash on one candidate must not fail the call
