@@ -93,8 +93,11 @@ asv's virtualenv mode, ``gpu_history.sh 8`` (results/nvidia-h200, commits 0ef47c
   Numerics 186), later commits 191-432 s (Numerics 48-308: see docs/perf's H100 log).
 - FlexAttention still runs at head_dim 128 only (``_common.FLEX_HEAD_DIMS``; the other
   entries are NaN, "pruned"): each shape costs a forward+backward compile.
-- MaskedSpeedSuite (16 FlexAttention compiles, prewarmed) and ModelStepSuite (4) have not
-  been timed on a GPU yet; ``python -m benchmarks.smoke`` runs both grids outside asv.
+- MaskedSpeedSuite (16 FlexAttention compiles, prewarmed) and ModelStepSuite (4): on an
+  H200, ``run.py --same --suite MaskedSpeedSuite --suite ModelStepSuite`` took 808 s
+  (prewarm 229, ModelStep 100, MaskedSpeed 472; each safeattn masked entry 16-35 s, most of
+  it tuning, each peer entry 0.3-6 s; docs/perf/masked_model_suites_h200_2026-11-23.log).
+  ``python -m benchmarks.smoke`` runs both grids outside asv.
 
 A peer that cannot run a shape (e.g. a backend without GQA support) reports NaN, with the
 backend's error as the reason on stderr; it is not pruned from the grid, because which
