@@ -30,7 +30,7 @@
 #   (.bundle/ and .whl/ are git-ignored: name them in the device call's carry list.)
 # Also needs torch and triton installed, and asv with its dependencies importable or as wheels
 # in .whl/: asv, asv_runner, virtualenv, python-discovery, distlib, platformdirs, json5,
-# pympler, importlib-metadata, zipp, packaging, filelock, tabulate (asv's commands import it),
+# pympler, importlib-metadata (10.x also needs lazy-importer), zipp, packaging, filelock, tabulate (asv's commands import it),
 # pyyaml, and for the default (virtualenv) mode wheel, build and pyproject_hooks too.
 #
 # Cost per commit: benchmarks/speed.py's module docstring ("Cost") has the figures measured
