@@ -7,15 +7,16 @@ Every mask source of a dense call — causal alignment, ``window``, ``key_mask``
     empty    no pair of the tile may attend: the kernels never load it
     full     every pair may attend and every row and key is in range: the kernels run the
              plain path (no element masks, no scan of V/K for excluded non-finite values)
-    partial  anything else: element masks and the excluded-value guard (contract item 2)
+    partial  anything else: element masks, and the excluded-value guard when a program's
+             accumulator shows NaN/Inf (contract item 2; kernels/forward.py)
 
-From that, compact per-row-block lists of the full and of the partial key blocks (full ones
-first is not required: the two lists are visited one after the other), and their transpose
-per key block for the dK/dV kernel — the idea of FlexAttention's ``BlockMask``, built here
-with a few vectorised torch ops on the masks' device (no host synchronisation).
+From that, compact per-row-block lists of the full and of the partial key blocks (a kernel
+walks the full list, then the partial one), and their transpose per key block for the dK/dV
+kernel — the idea of FlexAttention's ``BlockMask``, built here with a few vectorised torch
+ops on the masks' device (no host synchronisation).
 
-Additive masks: a tile whose float entries are all finite is *full*, and the plain path adds
-the bias too (it loads the bias tile but skips the -inf selection and the V scan). An entry of
+Additive masks: a tile whose float entries are all other than -inf is *full*, and the plain
+path adds the bias too (it loads the bias tile but skips the -inf selection). An entry of
 +inf or NaN is not an exclusion (contract item 3), so it propagates the same way on either path.
 
 Sizes: the summary tile is :data:`BLOCK` (128) on a GPU, :data:`INTERPRETER_BLOCK` (32) under
