@@ -38,7 +38,6 @@ Reuse. A model calls attention once per layer with the same mask:
 
 from __future__ import annotations
 
-import os
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -53,8 +52,9 @@ _CACHE_SIZE = 16
 
 def block_size(device: torch.device) -> int:
     """The summary tile for a device: every shipped kernel config's blocks divide it."""
-    interpreted = os.environ.get("TRITON_INTERPRET", "0") == "1"
-    return INTERPRETER_BLOCK if interpreted or device.type != "cuda" else BLOCK
+    from .kernels.launch import INTERPRET  # one reading of TRITON_INTERPRET for the package
+
+    return INTERPRETER_BLOCK if INTERPRET or device.type != "cuda" else BLOCK
 
 
 @dataclass(frozen=True, eq=False)
