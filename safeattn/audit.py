@@ -10,6 +10,14 @@ figures are those of the kernels that really run.
 
     python -m safeattn.audit                 # everything, table on stdout
     python -m safeattn.audit --arch sm86 --json audit.json
+    python -m safeattn.audit --record        # compile everything afresh and write the
+                                             # committed cache, safeattn/audit_cache.json
+    python -m safeattn.audit --no-cache      # compile, reading and writing no cache
+
+The rows are cached per key (kernel sources, config tables, architecture list, Triton
+version: ``safeattn.audit_cache``): a run whose key was audited before, here or in the
+committed file, reads the rows instead of compiling them. :func:`audit` itself always
+compiles; :func:`cached` goes through the cache.
 """
 
 from __future__ import annotations
@@ -265,7 +273,7 @@ def audit(
             configs_override,
         )
     )
-    workers = workers or os.cpu_count() or 1
+    workers = workers or cpu_count()
     rows: list[AuditRow] = []
     # Under TRITON_INTERPRET=1 the kernels are interpreter objects that cannot be compiled:
     # compile in fresh worker processes that import them with the interpreter off.
@@ -292,6 +300,47 @@ def audit(
     return rows
 
 
+def cpu_count() -> int:
+    """Cores this process may run on (a container's CPU set, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def cached(
+    archs: Iterable[str] | None = None,
+    kernels: Iterable[str] | None = None,
+    dtypes: Iterable[torch.dtype] | None = None,
+    head_dims: Iterable[int] | None = None,
+    workers: int | None = None,
+    progress: bool | Callable[[str], None] = False,
+) -> tuple[list[AuditRow], str]:
+    """:func:`audit` of every variant, through the audit cache (``safeattn.audit_cache``):
+    slices already audited under this package's key are read, the rest compiled (and kept).
+    Returns the rows and, in words, where they came from."""
+    from pathlib import Path
+
+    from . import audit_cache
+
+    by_name = {v: k for k, v in _DTYPE_NAMES.items()}
+
+    def compile_slices(a, k, d, h):
+        rows = audit(a, k, [by_name[x] for x in d], h, workers=workers, progress=progress)
+        return [asdict(r) for r in rows]
+
+    rows, source = audit_cache.cached_audit(
+        compile_slices,
+        Path(__file__).resolve().parent,
+        archs or list(ARCHS),
+        kernels or list(configs.KERNELS),
+        [_DTYPE_NAMES[d] for d in dtypes or configs.DTYPES],
+        head_dims or list(configs.HEAD_DIM_BUCKETS),
+        report=(lambda line: _report(progress, line)) if progress else None,
+    )
+    return [AuditRow(**r) for r in rows], source
+
+
 def _report(progress: bool | Callable[[str], None], line: str) -> None:
     if callable(progress):
         progress(line)
@@ -308,9 +357,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--head-dim", action="append", type=int, choices=configs.HEAD_DIM_BUCKETS)
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--json", help="also write the rows to this file")
+    cache = ap.add_mutually_exclusive_group()
+    cache.add_argument(
+        "--record", action="store_true",
+        help="compile afresh and write the rows as the committed cache's entry for this key",
+    )  # fmt: skip
+    cache.add_argument("--no-cache", action="store_true", help="compile; read and write no cache")
     args = ap.parse_args(argv)
     dtypes = [getattr(torch, d) for d in args.dtype] if args.dtype else None
-    rows = audit(args.arch, args.kernel, dtypes, args.head_dim, workers=args.workers, progress=True)
+    selection = (args.arch, args.kernel, dtypes, args.head_dim)
+    if args.record or args.no_cache:
+        rows = audit(*selection, workers=args.workers, progress=True)
+        source = f"{len(rows)} rows compiled"
+    else:
+        rows, source = cached(*selection, workers=args.workers, progress=True)
+    print(f"[audit] {source}", file=sys.stderr)
+    if args.record:
+        from pathlib import Path
+
+        from . import audit_cache
+
+        key = audit_cache.audit_key(Path(__file__).resolve().parent)
+        slices = {
+            (k, a, _DTYPE_NAMES[d], h)
+            for k in args.kernel or configs.KERNELS
+            for a in args.arch or ARCHS
+            for d in dtypes or configs.DTYPES
+            for h in args.head_dim or configs.HEAD_DIM_BUCKETS
+        }
+        path = audit_cache.record(key, [asdict(r) for r in rows], slices)
+        print(f"[audit] recorded {len(rows)} rows under key {key['key'][:12]} "
+              f"(triton {key['triton']}) in {path}", file=sys.stderr)  # fmt: skip
     print(f"{'kernel':<15}{'arch':<6}{'dtype':<10}{'D':>4} {'variant':<8}{'config':<16}"
           f"{'shared':>8}{'limit':>8}{'regs':>6}{'local':>6}  fits")  # fmt: skip
     for r in rows:
@@ -318,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r.shared_bytes:>8}{r.smem_limit:>8}{r.registers:>6}{r.spills:>6}  "
               f"{'yes' if r.fits else 'NO'}{'  ' + r.error if r.error else ''}")  # fmt: skip
     bad = [r for r in rows if not r.fits]
-    print(f"{len(rows)} compiled, {len(bad)} over a limit", file=sys.stderr)
+    print(f"{len(rows)} rows, {len(bad)} over a limit", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as f:
             json.dump([asdict(r) for r in rows], f, indent=1)
