@@ -7,7 +7,10 @@ local memory per thread) of safeattn's kernels.
     maximum over configs and variants: the worst case that must fit the architecture's
     limit (``safeattn.gpu_limits``). A config that does not compile is left out of the
     maximum and named on stderr; a slice where none compiles is NaN with the error. The
-    audit runs once per asv run, in ``setup_cache``.
+    audit runs once per asv run, in ``setup_cache``, through the audit cache
+    (``safeattn/audit_cache.py``, this checkout's copy applied to the commit under test):
+    slices whose key (kernel sources, config tables, architecture list, Triton version) is
+    in the committed ``safeattn/audit_cache.json`` or the local store are read, not compiled.
 ``LiveResourcesSuite`` (GPU only; absent without a usable CUDA GPU)
     kernel × dtype × head_dim: what the kernels actually launched by one forward+backward
     (N = 4096, non-causal, MHA, shapes from DESIGN.md) use, from
@@ -30,6 +33,7 @@ from ._common import (
     GRID_TIMEOUT_S,
     Missing,
     attention_inputs,
+    audit_cache,
     cuda_usable,
     gpu_limits,
     launch_note,
@@ -67,33 +71,23 @@ class StaticAuditSuite:
         lookup(cache, combo)  # not measured: skipped (NaN) here, not failed (_common)
 
     def setup_cache(self) -> dict:
-        import torch
-
-        from safeattn.audit import audit
-
         start = time.perf_counter()
         try:
-            rows = audit(
-                archs=AUDIT_ARCHS,
-                kernels=KERNELS,
-                dtypes=[getattr(torch, d) for d in AUDIT_DTYPES],
-                head_dims=AUDIT_HEAD_DIMS,
-                workers=os.cpu_count() or 1,
-                progress=progress,  # minutes of compiles on a CPU: show them going
-            )
+            rows, source = _audit_rows()
         except Exception as exc:  # e.g. a commit that predates the audit or a kernel
             reason = Missing(reason_of(exc))
             return {combo: reason for combo in itertools.product(*self.params)}
-        progress(f"[audit] {len(rows)} configs compiled in {time.perf_counter() - start:.0f} s")
+        seconds = time.perf_counter() - start
+        progress(f"[audit] {len(rows)} config rows in {seconds:.0f} s: {source}")
         worst: dict = {}
         errors: dict = {}
         for row in rows:
-            key = (row.arch, row.kernel, row.dtype, row.head_dim)
-            if getattr(row, "error", ""):  # a config that did not compile: no figures
-                errors.setdefault(key, f"{row.variant} {row.config}: {row.error}")
+            key = (row["arch"], row["kernel"], row["dtype"], row["head_dim"])
+            if row.get("error"):  # a config that did not compile: no figures
+                errors.setdefault(key, f"{row.get('variant', '')} {row['config']}: {row['error']}")
                 continue
             old = worst.get(key, dict.fromkeys(FIELDS, 0))
-            worst[key] = {f: max(old[f], int(getattr(row, f))) for f in FIELDS}
+            worst[key] = {f: max(old[f], int(row[f])) for f in FIELDS}
         for key, error in errors.items():
             print(f"[audit] {key}: a config did not compile ({error})", file=sys.stderr)
             worst.setdefault(key, Missing(f"no config compiled, e.g. {error}"))
@@ -110,6 +104,47 @@ class StaticAuditSuite:
     @tracks_metric
     def track_spills(self, cache, *combo):
         return lookup(cache, combo)["spills"]
+
+
+def _audit_rows() -> tuple[list[dict], str]:
+    """The static audit's rows (dicts) for the suite's grid, of the safeattn importable here
+    (the commit under test), read from the audit cache where its key has them; the rest
+    compiled in parallel on every core. Returns the rows and where they came from."""
+    from dataclasses import asdict
+    from pathlib import Path
+
+    import torch
+
+    import safeattn
+    from safeattn.audit import audit
+
+    def compile_slices(archs, kernels, dtypes, head_dims) -> list[dict]:
+        rows = audit(
+            archs=archs,
+            kernels=kernels,
+            dtypes=[getattr(torch, d) for d in dtypes],
+            head_dims=head_dims,
+            workers=_cores(),
+            progress=progress,  # minutes of compiles on a CPU: show them going
+        )
+        return [asdict(r) for r in rows]
+
+    return audit_cache.cached_audit(
+        compile_slices,
+        Path(safeattn.__file__).resolve().parent,
+        AUDIT_ARCHS,
+        KERNELS,
+        AUDIT_DTYPES,
+        AUDIT_HEAD_DIMS,
+        report=progress,
+    )
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 class LiveResourcesSuite:
