@@ -15,14 +15,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test,bench,dashboard]'
 	touch $(STAMP)
 
-# The main job: benchmark this machine (the full suite on a GPU, the CPU-capable part
-# otherwise) into results/, beside the GPU history already there, then serve the dashboard.
+# The main job: serve the dashboard over results/ (the GPU history) at once, and benchmark
+# this machine (the full suite on a GPU, the CPU-capable part otherwise) beside it; its
+# progress and then its results show on the dashboard. Ctrl-C stops both (dashboard/demo.py).
 demo: $(STAMP)
-	@echo "[demo] benchmarking this machine's HEAD into results/ (progress below)"
-	$(BIN)/python benchmarks/run.py
-	@echo "[demo] dashboard on http://localhost:8501 (Ctrl-C stops it)"
-	SAFEATTN_RESULTS=$(CURDIR)/results $(BIN)/python -m streamlit run dashboard/app.py \
-	  --server.port=8501 --server.headless=true --browser.gatherUsageStats=false
+	@$(BIN)/python -m dashboard.demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

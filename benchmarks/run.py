@@ -58,6 +58,10 @@ What it does, in order (each step prints a ``[run]`` line; asv prints its own pr
 4. Keeps ``results/benchmarks.json`` (which asv rewrites from what this machine discovers)
    a union: GPU suites measured elsewhere stay described after a CPU-only run.
 
+5. With ``--status FILE`` (or ``SAFEATTN_BENCH_STATUS=FILE``), keeps a small JSON file of
+   where the run is (:class:`Status`: commit, suite, last progress line, elapsed, done):
+   the dashboard shows it as a progress bar while ``make demo`` measures this machine.
+
 On a machine without a GPU only the CPU-capable suites exist (see benchmarks/_common.py).
 ``--results DIR`` writes elsewhere (the tests use it); ``--quick`` takes fewer samples and
 trials and passes asv's ``--quick``: numbers for checking the suite, not for history.
@@ -77,6 +81,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -171,20 +176,64 @@ def git(*args: str) -> str:
     ).stdout.strip()
 
 
-def asv(args: list[str], env: dict, config: Path) -> int:
-    """Run asv with ``args``; echo the suites' progress file as it grows; exit status."""
+def asv(args: list[str], env: dict, config: Path, status: Status | None = None) -> int:
+    """Run asv with ``args``; echo the suites' progress file as it grows (and hand each
+    line to ``status``); exit status."""
     cmd = [sys.executable, "-m", "asv", *args, "--config", str(config)]
     log("$ " + " ".join(cmd))
     progress = Path(env[PROGRESS_ENV]) if PROGRESS_ENV in env else None
     offset = progress.stat().st_size if progress and progress.exists() else 0
+    on_line = status.step if status is not None else None
     proc = subprocess.Popen(cmd, cwd=REPO, env=env)
     while proc.poll() is None:
         time.sleep(0.5)
         if progress is not None:
-            offset = echo_progress(progress, offset)
+            offset = echo_progress(progress, offset, on_line)
     if progress is not None:
-        echo_progress(progress, offset)
+        echo_progress(progress, offset, on_line)
     return proc.returncode
+
+
+STATUS_ENV = "SAFEATTN_BENCH_STATUS"  # read by dashboard/progress.py
+STATUS_SCHEMA = "safeattn-bench-status/1"
+_FRACTION = re.compile(r"\b(\d+)\s*/\s*(\d+)\b")
+
+
+class Status:
+    """Where the run is, rewritten (atomically) at every step into a small JSON file.
+
+    Keys: ``schema``; ``pid``; ``machine``; ``started`` and ``updated`` (Unix times);
+    ``commits`` (how many) and ``commit_index`` (1-based) with ``commit`` (sha) and
+    ``subject``; ``suites`` (names, in order) with ``suite`` and ``suite_index`` (1-based)
+    and ``suite_started``; ``step`` (the last progress line a suite reported) and
+    ``step_fraction`` (its ``i/n`` as a number, else null); ``done`` (suites finished, all
+    commits); ``finished`` (Unix time, null while running) and ``exit_status``.
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.data: dict = {"schema": STATUS_SCHEMA, "pid": os.getpid(), "started": time.time(),
+                           "finished": None, "exit_status": None, "done": 0, "step": "",
+                           "step_fraction": None}  # fmt: skip
+
+    def update(self, **fields) -> None:
+        self.data.update(fields, updated=time.time())
+        if self.path is None:
+            return
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        try:
+            tmp.write_text(json.dumps(self.data, indent=1))
+            os.replace(tmp, self.path)
+        except OSError as exc:  # a status display must never stop a benchmark run
+            log(f"WARNING: cannot write the status file {self.path}: {exc}")
+            self.path = None
+
+    def step(self, line: str) -> None:
+        match = _FRACTION.search(line)
+        fraction = None
+        if match and int(match.group(2)) > 0:
+            fraction = min(1.0, int(match.group(1)) / int(match.group(2)))
+        self.update(step=line.strip(), step_fraction=fraction)
 
 
 def write_config(results: Path, workdir: Path) -> Path:
@@ -365,9 +414,10 @@ def measured_suites(results: Path, machine: str, commit: str) -> set[str]:
     return done
 
 
-def echo_progress(path: Path, offset: int) -> int:
+def echo_progress(path: Path, offset: int, on_line: Callable[[str], None] | None = None) -> int:
     """Print the complete lines the suites appended to the progress file since ``offset``
-    (asv shows a setup_cache's output only when it fails); returns the new offset."""
+    (asv shows a setup_cache's output only when it fails), handing each to ``on_line``;
+    returns the new offset."""
     try:
         with path.open("rb") as f:
             f.seek(offset)
@@ -376,8 +426,13 @@ def echo_progress(path: Path, offset: int) -> int:
         return offset
     complete = chunk[: chunk.rfind(b"\n") + 1]
     if complete:  # on a line of its own: asv may have left its cursor mid-line
-        sys.stdout.write("\n" + complete.decode(errors="replace"))
+        text = complete.decode(errors="replace")
+        sys.stdout.write("\n" + text)
         sys.stdout.flush()
+        if on_line is not None:
+            for line in text.splitlines():
+                if line.strip():
+                    on_line(line)
     return offset + len(complete)
 
 
@@ -421,11 +476,29 @@ def main(argv: list[str] | None = None) -> int:
         help="skip warming the compile caches in parallel before the GPU suites",
     )
     parser.add_argument("--results", type=Path, default=REPO / "results", help="results dir")
+    parser.add_argument(
+        "--status",
+        type=Path,
+        default=Path(os.environ[STATUS_ENV]) if os.environ.get(STATUS_ENV) else None,
+        help=f"keep a JSON file of the run's progress here (default: ${STATUS_ENV}, if set)",
+    )
     args = parser.parse_args(argv)
     if args.suite and args.bench:
         parser.error("--suite and --bench select benchmarks two ways: give one of them")
 
     started = time.time()
+    status = Status(args.status)
+    status.update(step="reading this machine's versions")
+    try:
+        code = _run(args, started, status)
+    except BaseException:
+        status.update(finished=time.time(), exit_status=1, step="stopped")
+        raise
+    status.update(finished=time.time(), exit_status=code)
+    return code
+
+
+def _run(args: argparse.Namespace, started: float, status: Status) -> int:
     info = versions()
     machine = machine_name(info)
     gpu = info["gpu"]["name"] if info["gpu"] else "none"
@@ -435,6 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         suites = expand_suites(args.suite, info["gpu"] is not None)
         selections = [(s, [suite_regex(s)]) for s in suites]
+    status.update(machine=machine, suites=[name for name, _ in selections])
     results = args.results.resolve()
     results.mkdir(parents=True, exist_ok=True)
     bench_json = results / "benchmarks.json"
@@ -455,6 +529,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="safeattn-asv-") as tmp:
         config = write_config(results, Path(tmp))
         env[PROGRESS_ENV] = str(Path(tmp) / "progress.log")
+        env.pop(STATUS_ENV, None)  # the status file is this script's alone
+        status.update(step="registering the machine with asv")
         if asv(["machine", "--yes", "--machine", machine], env, config) != 0:
             raise SystemExit("[run] asv machine failed")
         if args.same:
@@ -474,11 +550,14 @@ def main(argv: list[str] | None = None) -> int:
 
         gpu_suites = [name for name, _ in selections if name in GROUPS["gpu"]]
         if gpu_suites and not args.no_prewarm and not args.quick:
+            status.update(step="prewarm: compiling the GPU suites' kernels")
             prewarm(env)
+        status.update(commits=len(targets))
 
         for i, sha in enumerate(targets, 1):
             subject = git("log", "-1", "--format=%s", sha)
             log(f"commit {i}/{len(targets)} {sha[:8]}: {subject}")
+            status.update(commit_index=i, commit=sha, subject=subject)
             todo = selections
             if args.skip_existing and not args.bench:
                 done = measured_suites(results, machine, sha)
@@ -509,12 +588,18 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         cmd = ["run", f"{sha}^!"]
                     suite_start = time.time()
-                    code = asv([*cmd, *common, *(f"--bench={r}" for r in regexes)], env, config)
+                    index = [n for n, _ in selections].index(name) + 1
+                    status.update(suite=name, suite_index=index, suite_started=suite_start,
+                                  step="starting asv", step_fraction=None)  # fmt: skip
+                    code = asv(
+                        [*cmd, *common, *(f"--bench={r}" for r in regexes)], env, config, status
+                    )
                     seconds = time.time() - suite_start
                     outcome = f"{seconds:.0f} s" + (f" (asv exit status {code})" if code else "")
                     failed = failed or code != 0
                     timings.append((sha, name, outcome))
                     log(f"{name} on {sha[:8]}: {outcome}")
+                    status.update(done=status.data["done"] + 1)
                     write_sidecars(results, machine, started, info)
                     if args.mirror:
                         shutil.copytree(results, args.mirror / results.name, dirs_exist_ok=True)
