@@ -1,21 +1,21 @@
-"""Serve the dashboard with ``streamlit run`` and drive it with a real headless Chromium.
+"""Serve the dashboard with ``streamlit run`` and drive it in a real headless Chromium.
 
-Used by the real-browser test (``tests/test_dashboard_browser.py``) and by the screenshot
-script (:mod:`dashboard.screens`). Chromium is driven over the DevTools protocol (a
-websocket, with the ``websockets`` package Streamlit already depends on) rather than
-``--dump-dom``: a Streamlit page is drawn by JavaScript after a websocket round trip, so
-the test waits until the script run has finished and the page has content, then looks
-for Streamlit's exception box and takes the screenshot from the same, settled page.
+Used by the browser tests (``tests/test_dashboard_browser.py``, ``test_compose.py``,
+``test_demo.py``) and by the screenshot script (:mod:`dashboard.screens`). The browser is
+the system's Chromium (Debian's ``chromium`` package) driven by Playwright for Python
+(``playwright.sync_api``, launched with ``executable_path``: no ``playwright install``
+download). This module only adds what a Streamlit page needs on top: a page is drawn by
+JavaScript after a websocket round trip and every widget change reruns the script, so
+after each navigation or click :meth:`Chromium.settle` waits until the script run has
+finished and the page has stayed quiet a moment; then the page is checked for Streamlit's
+exception box and screenshotted as it is.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import itertools
-import json
+import io
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -24,16 +24,60 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from websockets.sync.client import connect
+if TYPE_CHECKING:  # imported when a browser starts: serve() and free_port() need no Playwright
+    from playwright.sync_api import Locator, Page, Playwright
 
 APP = Path(__file__).resolve().parent / "app.py"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 # What the page shows when a script raises (st.exception and uncaught errors alike).
 EXCEPTION_SELECTOR = '[data-testid="stException"]'
+# One probe of the page's state, evaluated in the page. Streamlit marks its root element
+# with the script run's state ("running", "notRunning", ...) and the connection's; its
+# "running" status widget is the fallback for versions without those attributes.
+_PROBE = """exc => {
+  const q = s => Array.from(document.querySelectorAll(s));
+  const app = document.querySelector('[data-testid="stApp"]');
+  const script = app ? app.getAttribute('data-test-script-state') : null;
+  const link = app ? app.getAttribute('data-test-connection-state') : null;
+  return {
+    content: q('h1').length + q(exc).length,
+    running: (script !== null && script !== 'notRunning')
+             || (link !== null && link !== 'CONNECTED')
+             || q('[data-testid="stStatusWidget"]').length > 0,
+    title: (q('h1')[0] || {textContent: ''}).textContent,
+    sidebar: (q('[data-testid="stSidebar"]')[0] || {innerText: ''}).innerText,
+    main: (q('[data-testid="stMain"]')[0] || document.body).innerText,
+    dialogs: q('[role="dialog"]').map(e => e.innerText),
+    exceptions: q(exc).map(e => e.innerText),
+  };
+}"""
+
+
+# Playwright's sync API runs one driver per thread: every open Chromium shares it.
+_driver: Playwright | None = None
+_driver_users = 0
+
+
+def _driver_start() -> Playwright:
+    global _driver, _driver_users
+    if _driver is None:
+        from playwright.sync_api import sync_playwright
+
+        _driver = sync_playwright().start()
+    _driver_users += 1
+    return _driver
+
+
+def _driver_stop() -> None:
+    global _driver, _driver_users
+    _driver_users -= 1
+    if _driver_users == 0 and _driver is not None:
+        _driver.stop()
+        _driver = None
 
 
 def free_port() -> int:
@@ -105,16 +149,22 @@ def find_chromium() -> str | None:
 class PageCheck:
     """What the browser saw on one page once its script run had finished."""
 
-    url: str
+    url: str  # the address bar (Streamlit writes the widgets' query parameters into it)
     title: str  # the page's first heading
     sidebar: str  # the sidebar's text (navigation and the results-directory field)
+    text: str  # the main area's text
     dialogs: list[str]  # text of open dialogs (e.g. Streamlit's "Page not found")
     exceptions: list[str]  # text of each Streamlit exception box
-    png: bytes  # screenshot
+    png: bytes = field(repr=False)  # screenshot of the viewport
 
 
 class Chromium:
-    """A headless Chromium driven through the DevTools protocol (one tab)."""
+    """A headless Chromium (one page) driven by Playwright, with Streamlit-aware waits.
+
+    ``page`` is the Playwright :class:`~playwright.sync_api.Page` for locators and anything
+    else; after an action that reruns the script, call :meth:`check` (or :meth:`settle`).
+    :meth:`click`, :meth:`select` and :meth:`choose` act and check in one call.
+    """
 
     def __init__(self, binary: str | None = None, width: int = 1280, height: int = 900) -> None:
         binary = binary or find_chromium()
@@ -123,116 +173,105 @@ class Chromium:
                 "no Chromium found (looked for " + ", ".join(CHROMIUM_NAMES) + ").\n"
                 "HINT: apt-get install -y chromium"
             )
-        self._profile = tempfile.TemporaryDirectory(prefix="safeattn-chromium-")
-        self._proc = subprocess.Popen(
-            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-             "--no-first-run", "--disable-background-networking", "--disable-component-update",
-             "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={self._profile.name}",
-             "--remote-debugging-port=0", f"--window-size={width},{height}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )
-        self._ids = itertools.count(1)
-        self._stack = contextlib.ExitStack()  # owns the DevTools websocket
-        self._width, self._height = width, height
+        from playwright.sync_api import Error
+
+        driver = _driver_start()
         try:
-            port = self._devtools_port()
-            tab = next(t for t in json.loads(_get(f"http://127.0.0.1:{port}/json/list"))
-                       if t.get("type") == "page")
-            self._ws = self._stack.enter_context(
-                connect(tab["webSocketDebuggerUrl"], max_size=None, open_timeout=30)
+            # Debian's Chromium, not a browser `playwright install` downloads.
+            self._browser = driver.chromium.launch(
+                executable_path=binary, headless=True, timeout=120_000,
+                args=["--disable-gpu", "--disable-dev-shm-usage", "--disable-quic"],
             )
-        except Exception:
-            self.close()
-            raise
+        except Error as exc:
+            _driver_stop()
+            raise RuntimeError(
+                f"Playwright could not start {binary}:\n{exc}\n"
+                "HINT: Playwright drives Chromium over the DevTools protocol; a Chromium much "
+                "older or newer than this playwright release may refuse. Upgrade one of them "
+                "(apt-get install chromium; pip install -U playwright)."
+            ) from exc
+        self.page: Page = self._browser.new_page(viewport={"width": width, "height": height})
+        self._open = True
 
-    def _devtools_port(self, timeout: float = 120.0) -> int:
-        # Chromium prints "DevTools listening on ws://127.0.0.1:<port>/..." on stderr.
-        assert self._proc.stderr is not None
-        deadline = time.monotonic() + timeout
-        seen = []
-        while time.monotonic() < deadline:
-            line = self._proc.stderr.readline()
-            if not line:
-                if self._proc.poll() is not None:
-                    break
-                continue
-            seen.append(line)
-            if m := re.search(r"DevTools listening on ws://[^:]+:(\d+)/", line):
-                return int(m.group(1))
-        raise RuntimeError("Chromium did not start its DevTools endpoint:\n" + "".join(seen))
+    def settle(self, timeout: float = 90.0, quiet: float = 1.0) -> dict[str, Any]:
+        """Wait until Streamlit has finished running the page; return the last probe.
 
-    def call(self, method: str, **params: Any) -> dict[str, Any]:
-        """Send one DevTools command and return its result (events are skipped)."""
-        msg_id = next(self._ids)
-        self._ws.send(json.dumps({"id": msg_id, "method": method, "params": params}))
-        while True:
-            reply = json.loads(self._ws.recv(timeout=60))
-            if reply.get("id") == msg_id:
-                if "error" in reply:
-                    raise RuntimeError(f"DevTools {method}: {reply['error']}")
-                return reply.get("result", {})
-
-    def evaluate(self, expression: str) -> Any:
-        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
-        return result.get("result", {}).get("value")
-
-    def check_page(self, url: str, timeout: float = 90.0, settle: float = 1.5) -> PageCheck:
-        """Load ``url``, wait until Streamlit has finished running the page, report it.
-
-        Finished = the page has a heading or an exception box, and Streamlit's "running"
-        status widget has been absent for ``settle`` seconds (charts drawn meanwhile).
+        Finished = the page has a heading or an exception box, and no script run has been
+        under way for ``quiet`` seconds: a click starts its rerun within milliseconds, and
+        charts are drawn meanwhile.
         """
-        self.call("Emulation.setDeviceMetricsOverride", width=self._width,
-                  height=self._height, deviceScaleFactor=1, mobile=False)
-        self.call("Page.navigate", url=url)
-        probe = (
-            "(() => { const q = s => document.querySelectorAll(s);"
-            f" return JSON.stringify({{content: q('h1').length + q('{EXCEPTION_SELECTOR}')"
-            ".length, running: q('[data-testid=\"stStatusWidget\"]').length,"
-            " title: (q('h1')[0] || {textContent: ''}).textContent,"
-            " sidebar: (q('[data-testid=\"stSidebar\"]')[0] || {innerText: ''}).innerText,"
-            " dialogs: Array.from(q('[role=\"dialog\"]')).map(e => e.innerText),"
-            f" exceptions: Array.from(q('{EXCEPTION_SELECTOR}')).map(e => e.innerText)}}); }})()"
-        )
         deadline = time.monotonic() + timeout
         quiet_since = None
         while True:
-            state = json.loads(self.evaluate(probe) or "{}")
-            done = state.get("content", 0) > 0 and state.get("running", 1) == 0
+            state = self.page.evaluate(_PROBE, EXCEPTION_SELECTOR)
             now = time.monotonic()
-            if done:
+            if state["content"] > 0 and not state["running"]:
                 quiet_since = quiet_since or now
-                if now - quiet_since >= settle:
-                    break
+                if now - quiet_since >= quiet:
+                    return state
             else:
                 quiet_since = None
             if now > deadline:
-                raise TimeoutError(f"{url}: the page did not finish within {timeout:.0f} s "
-                                   f"(last state {state})")
-            time.sleep(0.25)
-        png = base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"])
-        return PageCheck(url=url, title=state["title"], sidebar=state["sidebar"],
-                         dialogs=state["dialogs"], exceptions=state["exceptions"], png=png)
+                raise TimeoutError(
+                    f"{self.page.url}: the page did not finish within {timeout:.0f} s "
+                    f"(last state: { {k: state[k] for k in ('content', 'running', 'title')} })"
+                )
+            time.sleep(0.2)
+
+    def check(self, timeout: float = 90.0) -> PageCheck:
+        """:meth:`settle`, then what the page shows, with a screenshot."""
+        state = self.settle(timeout)
+        return PageCheck(
+            url=self.page.url, title=state["title"], sidebar=state["sidebar"],
+            text=state["main"], dialogs=state["dialogs"], exceptions=state["exceptions"],
+            png=self.page.screenshot(type="png"),
+        )
+
+    def check_page(self, url: str, timeout: float = 90.0) -> PageCheck:
+        """Load ``url`` and :meth:`check` it."""
+        self.page.goto(url, timeout=timeout * 1000)
+        return self.check(timeout)
+
+    def evaluate(self, expression: str) -> Any:
+        """Evaluate a JavaScript expression in the page; its value as JSON-able Python."""
+        return self.page.evaluate(expression)
+
+    def click(self, target: Locator) -> PageCheck:
+        """Click ``target`` (a link, a toggle, a button) and check the page it leads to."""
+        target.click()
+        return self.check()
+
+    def options(self, widget: Locator) -> list[str]:
+        """The options an ``st.selectbox`` or ``st.multiselect`` offers (its open list,
+        without the multiselect's own "Select all" entry)."""
+        widget.get_by_role("button", name="Open").click()
+        listed = self.page.get_by_role("option")
+        listed.first.wait_for()
+        names = [n for n in listed.all_inner_texts() if n != "Select all"]
+        self.page.keyboard.press("Escape")
+        return names
+
+    def select(self, selectbox: Locator, option: str) -> PageCheck:
+        """Choose ``option`` (as shown) in an ``st.selectbox``; check the rerun."""
+        selectbox.get_by_role("button", name="Open").click()
+        self.page.get_by_role("option", name=option, exact=True).click()
+        return self.check()
+
+    def choose(self, multiselect: Locator, option: str) -> PageCheck:
+        """Add ``option`` (as shown) to an ``st.multiselect``'s choice; check the rerun."""
+        multiselect.get_by_role("button", name="Open").click()
+        self.page.get_by_role("option", name=option, exact=True).click()
+        self.page.keyboard.press("Escape")  # the list stays open for more choices
+        return self.check()
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._stack.close()
-        self._proc.terminate()
+        if not self._open:
+            return
+        self._open = False
         try:
-            self._proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-        # Chromium's helper processes can still write into the profile for a moment after
-        # the browser process has exited ("Directory not empty: 'Default'"): retry a while.
-        for _ in range(20):
-            try:
-                self._profile.cleanup()
-                break
-            except OSError:
-                time.sleep(0.25)
-        else:
-            shutil.rmtree(self._profile.name, ignore_errors=True)
+            self._browser.close()
+        finally:
+            _driver_stop()
 
     def __enter__(self) -> Chromium:
         return self
@@ -243,8 +282,6 @@ class Chromium:
 
 def small_png(png: bytes, width: int = 1000, colors: int = 128) -> bytes:
     """Downscale and palette-quantise a screenshot so it stays small in the repository."""
-    import io
-
     from PIL import Image
 
     image = Image.open(io.BytesIO(png)).convert("RGB")

@@ -1,10 +1,11 @@
 """Helpers shared by the tests that serve the dashboard with ``streamlit run`` and look at
 it (``test_compose.py``, ``test_dashboard_browser.py``, ``test_demo.py``): the CI rule for
-a missing Chromium, an HTTP GET, and waiting for Streamlit's health endpoint.
+a missing Chromium or Playwright, an HTTP GET, and waiting for Streamlit's health endpoint.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -26,7 +27,12 @@ ON_CI = os.environ.get("CI") == "true"
 
 
 def require_chromium() -> str:
-    """Chromium's path; with ``CI=true`` a missing Chromium fails the test, else skips it."""
+    """Chromium's path, once Playwright (which drives it) is importable too; with ``CI=true``
+    a missing one fails the test, else skips it."""
+    if importlib.util.find_spec("playwright") is None:
+        if ON_CI:
+            pytest.fail("Playwright is missing on CI: the test extra installs it")
+        pytest.skip("Playwright is not installed (pip install -e '.[test]')")
     path = find_chromium()
     if path is None:
         if ON_CI:
