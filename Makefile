@@ -27,4 +27,4 @@ lint: $(STAMP)
 # Kernels run under Triton's interpreter on a CPU-only machine.
 test: $(STAMP)
 	$(BIN)/ruff check .
-	TRITON_INTERPRET=1 $(BIN)/pytest -q
+	TRITON_INTERPRET=1 $(BIN)/pytest -q --durations=25
