@@ -1,0 +1,1 @@
+"""Glue for frameworks that call attention through their own interfaces (optional extras)."""
