@@ -164,6 +164,51 @@ def history_verdicts(window: dict[str, list[str]], benchmark: str, machines: lis
     return _history_verdicts(*_key(), _window_key(window), benchmark, tuple(machines), frozen)
 
 
+# How many of a machine's newest commits the overview's trend and the peers page read.
+TREND_COMMITS = 50
+
+
+@st.cache_resource(show_spinner="Computing the speed trend…", max_entries=16)
+def _speed_trend(path: str, mtime: float, machine: str, baseline: str | None) -> pd.DataFrame:
+    index = _index(path, mtime)
+    window = ((machine, tuple(index.newest(machine, TREND_COMMITS))),)
+    loaded = _load(path, mtime, window, views.TREND_BENCHMARKS)
+    return views.speed_trend(loaded, machine, policy(), baseline)
+
+
+def speed_trend(machine: str, baseline: str | None = None) -> pd.DataFrame:
+    """:func:`views.speed_trend` over the machine's newest :data:`TREND_COMMITS` commits,
+    cached (only the speed benchmarks of those commits are read)."""
+    return _speed_trend(*_key(), machine, baseline)
+
+
+@st.cache_resource(show_spinner="Reading the newest safety rates…", max_entries=8)
+def _latest_safety(path: str, mtime: float, machine: str) -> tuple[str | None, pd.DataFrame]:
+    index = _index(path, mtime)
+    window = ((machine, tuple(index.newest(machine, TREND_COMMITS))),)
+    return views.latest_safety(_load(path, mtime, window, views.SAFETY_BENCHMARKS), machine)
+
+
+def latest_safety(machine: str) -> tuple[str | None, pd.DataFrame]:
+    """:func:`views.latest_safety` over the machine's newest :data:`TREND_COMMITS`, cached."""
+    return _latest_safety(*_key(), machine)
+
+
+def commit_label(machine: str, sha: str) -> str:
+    """``"1a2b3c4d · 2026-11-21 12:00"`` (:meth:`data.ResultsIndex.label`)."""
+    return _index(*_key()).label(machine, sha)
+
+
+def peer_results(index: data.ResultsIndex, machines: list[str]) -> LoadedResults:
+    """The peer benchmarks (:data:`views.PEER_BENCHMARKS`) of each machine's newest
+    :data:`TREND_COMMITS` commits: each suite's newest run is among them even when the
+    newest commit ran only some suites. Unreadable files are reported on the page."""
+    window = _window_key({m: index.newest(m, TREND_COMMITS) for m in machines})
+    loaded = _load(*_key(), window, views.PEER_BENCHMARKS)
+    _show_problems(loaded.problems, expanded=False)
+    return loaded
+
+
 def _show_problems(problems: list[str], expanded: bool) -> None:
     if not problems:
         return
@@ -182,9 +227,52 @@ def overview_health() -> tuple[LoadedResults, list[views.MachineHealth]]:
     return loaded, _overview(*_key())
 
 
+def table(data: Any, **kwargs: Any) -> None:
+    """``st.dataframe`` for people: no index, and an empty cell reads "not measured" (the
+    browser draws a missing number as None otherwise, whatever a Styler says)."""
+    kwargs.setdefault("hide_index", True)
+    st.dataframe(data, placeholder=views.NOT_MEASURED, **kwargs)
+
+
 # ------------------------------------------------------------- URL-backed widgets
-# Each widget's initial value comes from the URL's query parameter and every change
-# is written back, so the address bar always reproduces the current view.
+# Each widget has a stable ``key``: Streamlit identifies a keyed widget by its key, so a
+# change is never taken for a new widget. Its value lives in ``st.session_state[key]``,
+# filled from the URL's query parameter once: when the key is new (a fresh page, a shared
+# link) or when the URL no longer says what the widget last wrote there (the address was
+# changed from outside, e.g. a link with query parameters). Every run writes the value
+# back, so the address bar always reproduces the current view. No widget gets an
+# index=/default=/value= derived from the URL (that would change its identity per change
+# and Streamlit would drop every second interaction).
+
+_SYNCED = "_url_synced"  # session_state: widget key -> the URL values it last wrote
+
+
+def _url_values(param: str) -> list[str]:
+    return list(st.query_params.get_all(param))
+
+
+def _needs_seed(key: str, param: str, valid: Callable[[Any], bool]) -> bool:
+    """Whether ``st.session_state[key]`` must be (re)filled from the URL: the key is new,
+    the URL was changed from outside, or the value is no longer one of the options."""
+    if key not in st.session_state:
+        return True
+    if st.session_state.get(_SYNCED, {}).get(key) != _url_values(param):
+        return True
+    try:
+        return not valid(st.session_state[key])
+    except Exception:  # an odd leftover value: start again from the URL
+        return True
+
+
+def _write_url(key: str, param: str, values: list[str]) -> None:
+    """Put ``values`` into ``?param=`` (none: remove it) and remember what was written."""
+    if values:
+        st.query_params[param] = values if len(values) > 1 else values[0]
+    elif param in st.query_params:
+        del st.query_params[param]
+    synced = dict(st.session_state.get(_SYNCED, {}))
+    synced[key] = list(values)
+    st.session_state[_SYNCED] = synced
 
 
 def url_select(
@@ -194,53 +282,66 @@ def url_select(
     format_func: Callable[[T], str] = str,
     default_index: int = 0,
     container: Any = None,
+    key: str | None = None,
 ) -> T:
-    """A select box backed by ``?param=``; an unknown URL value falls back to the default."""
+    """A select box backed by ``?param=``; an unknown URL value falls back to the default.
+    ``key``: the widget's key (default ``url_<param>``); give one when a page shows two
+    select boxes on the same parameter."""
     container = container or st
-    as_text = [str(o) for o in options]
-    wanted = st.query_params.get(param)
-    index = as_text.index(wanted) if wanted in as_text else default_index
-    value = container.selectbox(label, options, index=index, format_func=format_func)
-    if value is not None:
-        st.query_params[param] = str(value)
+    key = key or f"url_{param}"
+    options = list(options)
+    if _needs_seed(key, param, lambda v: v in options):
+        as_text = [str(o) for o in options]
+        wanted = st.query_params.get(param)
+        index = as_text.index(wanted) if wanted in as_text else default_index
+        st.session_state[key] = options[min(index, len(options) - 1)] if options else None
+    value = container.selectbox(label, options, format_func=format_func, key=key)
+    _write_url(key, param, [] if value is None else [str(value)])
     return value
 
 
 def url_multiselect(
-    label: str, options: Sequence[T], param: str, container: Any = None
+    label: str, options: Sequence[T], param: str, container: Any = None,
+    key: str | None = None,
 ) -> list[T]:
     """A multiselect backed by repeated ``?param=a&param=b`` (empty = no filter)."""
     container = container or st
-    wanted = set(st.query_params.get_all(param))
-    default = [o for o in options if str(o) in wanted]
-    chosen = container.multiselect(label, options, default=default, placeholder="all")
-    if chosen:
-        st.query_params[param] = [str(v) for v in chosen]
-    elif param in st.query_params:
-        del st.query_params[param]
+    key = key or f"url_{param}"
+    options = list(options)
+    if _needs_seed(key, param, lambda v: all(x in options for x in v)):
+        wanted = set(_url_values(param))
+        st.session_state[key] = [o for o in options if str(o) in wanted]
+    chosen = container.multiselect(label, options, placeholder="all", key=key)
+    _write_url(key, param, [str(v) for v in chosen])
     return list(chosen)
 
 
-def url_int(label: str, param: str, default: int, lo: int, hi: int, container: Any = None) -> int:
+def url_int(label: str, param: str, default: int, lo: int, hi: int, container: Any = None,
+            key: str | None = None) -> int:
     """A number input backed by ``?param=`` (clamped to [lo, hi])."""
     container = container or st
-    try:
-        initial = int(st.query_params.get(param, default))
-    except ValueError:
-        initial = default
-    initial = min(max(initial, lo), hi)
-    value = int(container.number_input(label, min_value=lo, max_value=hi, value=initial, step=1))
-    st.query_params[param] = str(value)
+    key = key or f"url_{param}"
+    if _needs_seed(key, param, lambda v: lo <= int(v) <= hi):
+        try:
+            initial = int(st.query_params.get(param, default))
+        except ValueError:
+            initial = default
+        st.session_state[key] = min(max(initial, lo), hi)
+    value = int(container.number_input(label, min_value=lo, max_value=hi, step=1, key=key))
+    _write_url(key, param, [str(value)])
     return value
 
 
-def url_toggle(label: str, param: str, default: bool, container: Any = None) -> bool:
-    """A toggle backed by ``?param=1|0``."""
+def url_toggle(label: str, param: str, default: bool, container: Any = None,
+               key: str | None = None, help: str | None = None) -> bool:
+    """A toggle backed by ``?param=1|0``; ``help``: its tooltip."""
     container = container or st
-    raw = st.query_params.get(param)
-    initial = default if raw is None else raw == "1"
-    value = bool(container.toggle(label, value=initial))
-    st.query_params[param] = "1" if value else "0"
+    key = key or f"url_{param}"
+    if _needs_seed(key, param, lambda v: isinstance(v, bool)):
+        raw = st.query_params.get(param)
+        st.session_state[key] = default if raw not in ("0", "1") else raw == "1"
+    value = bool(container.toggle(label, key=key, help=help))
+    _write_url(key, param, ["1" if value else "0"])
     return value
 
 
@@ -253,19 +354,21 @@ def commit_select(
     index: data.ResultsIndex, machine: str, label: str, param: str, default_index: int = 0,
     container: Any = None,
 ) -> str:
-    """A commit picker (newest first) backed by ``?param=<sha prefix>``."""
+    """A commit picker (newest first) backed by ``?param=<sha prefix>`` (key ``url_<param>``)."""
     shas = index.commits(machine)
-    wanted = st.query_params.get(param, "")
-    index_of = default_index
-    if wanted:
-        # A shared link may carry a short prefix: match it like the gate does.
-        hits = [i for i, s in enumerate(shas) if s.startswith(wanted.lower())]
-        if len(hits) == 1:
-            index_of = hits[0]
-    index_of = min(index_of, len(shas) - 1)
+    key = f"url_{param}"
+    if _needs_seed(key, param, lambda v: v in shas):
+        wanted = st.query_params.get(param, "")
+        index_of = default_index
+        if wanted:
+            # A shared link may carry a short prefix: match it like the gate does.
+            hits = [i for i, s in enumerate(shas) if s.startswith(wanted.lower())]
+            if len(hits) == 1:
+                index_of = hits[0]
+        st.session_state[key] = shas[min(index_of, len(shas) - 1)]
     container = container or st
     value = container.selectbox(
-        label, shas, index=index_of, format_func=lambda s: index.label(machine, s)
+        label, shas, format_func=lambda s: index.label(machine, s), key=key
     )
-    st.query_params[param] = value[:12]
+    _write_url(key, param, [value[:12]])
     return value

@@ -1,9 +1,13 @@
-"""What each dashboard page shows, as plain functions of the loaded asv results (no UI code).
+"""What each dashboard page shows, as plain functions of the loaded asv results, and the
+pages' Altair charts (no Streamlit here).
 
 The pages only lay out what these functions return, so the tests check the numbers here
 and the gate's logic stays in one place: every verdict comes from
-:func:`safeattn.regress.compare.compare`, metric directions and labels from
-:mod:`safeattn.regress.metrics`, architecture limits from :mod:`safeattn.gpu_limits`.
+:func:`safeattn.regress.compare.compare` and :func:`safeattn.regress.gate.gate_verdict`,
+peer ratios and geometric means from :mod:`safeattn.regress.report`, metric directions and
+labels from :mod:`safeattn.regress.metrics`, architecture limits from
+:mod:`safeattn.gpu_limits`. What a person reads never shows None or nan
+(:data:`NOT_MEASURED`).
 """
 
 from __future__ import annotations
@@ -12,21 +16,26 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+import altair as alt
 import pandas as pd
+from pandas.io.formats.style import Styler
 
 from safeattn.gpu_limits import ARCHS
-from safeattn.regress import workloads
+from safeattn.regress import report, workloads
 from safeattn.regress.compare import (
+    GROUP_PARAM_KEY,
     VERDICTS,
     Policy,
     compare,
     machine_arch,
     parent_commit,
 )
+from safeattn.regress.gate import gate_verdict
 from safeattn.regress.metrics import (
     IMPL_PARAM,
     METRICS,
     OWN_IMPL,
+    PEERS,
     attended_flops,
     attention_flops,
     tflops,
@@ -78,6 +87,38 @@ def short(sha: str | None) -> str:
     return sha[:8] if sha else "—"
 
 
+# ------------------------------------------------------------------- readable tables
+# What a person reads never says None or nan: a number that is not there was not measured.
+NOT_MEASURED = "not measured"
+# Colours: the gate's verdicts (bad is red, good is green), neutral grey for "no change".
+BAD, GOOD, NEUTRAL = "#d62728", "#2ca02c", "#9e9e9e"
+# Line colours that are neither the bad red nor the good green.
+SERIES_COLOURS = ["#1f77b4", "#9467bd", "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+                  "#393b79", "#ff7f0e", "#637939"]
+VERDICT_COLOURS: dict[str, str] = {
+    "failure": "#7b0000", "missing": "#b2182b", "regression": BAD, "improvement": GOOD,
+}
+
+
+def readable(frame: pd.DataFrame, formats: dict[str, str] | None = None) -> Styler:
+    """``frame`` styled for people: a missing value reads ``"not measured"`` (never
+    None/nan; pages also pass it as ``st.dataframe``'s placeholder, which the browser
+    uses for empty cells), floats with 4 significant digits unless ``formats`` (column ->
+    format string) says otherwise. The data underneath stays numeric (sortable)."""
+    formats = dict(formats or {})
+    for column in frame.columns:
+        if column not in formats and pd.api.types.is_float_dtype(frame[column]):
+            formats[column] = "{:.4g}"
+    return frame.style.format(formats, na_rep=NOT_MEASURED)
+
+
+def shown_text(value: Any, fmt: str = "{:.4g}") -> str:
+    """One value as a person reads it: ``"not measured"`` for None/nan."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return NOT_MEASURED
+    return fmt.format(value) if isinstance(value, float) else str(value)
+
+
 def metric_label(metric: str | None, benchmark: str) -> str:
     """Human label of a benchmark's metric: ``"forward time [ms] (lower is better)"``."""
     m = METRICS.get(metric) if metric else None
@@ -126,6 +167,14 @@ class MachineHealth:
     safety: pd.DataFrame
     error: str | None = None
 
+    @property
+    def verdict(self) -> str | None:
+        """The gate's verdict (:func:`safeattn.regress.gate.gate_verdict`: ``"pass"``,
+        ``"fail"`` or ``"nothing compared"``); None without a parent or a comparison."""
+        if self.parent is None or self.error is not None:
+            return None
+        return gate_verdict(self.comparison)
+
     def rows(self, verdict: str) -> pd.DataFrame:
         """The comparison rows with one verdict, worst ratio first."""
         rows = self.comparison[self.comparison["verdict"] == verdict]
@@ -164,29 +213,199 @@ def overview(loaded: LoadedResults, policy: Policy) -> list[MachineHealth]:
     return out
 
 
+# ------------------------------------------------------------------------ overview trend
+SPEED_SUITE = report.SPEED_SUITE
+# The benchmarks the overview's trend reads: safeattn's time per pass on the dense grid.
+TREND_BENCHMARKS: tuple[str, ...] = tuple(f"{SPEED_SUITE}.track_{m}" for m in TIME_METRIC_PASSES)
+NO_PARENT = "first commit (no parent)"
+NOT_JUDGED = "not compared"
+
+
+def commit_axis(rows: pd.DataFrame) -> list[str]:
+    """The short hashes of ``rows`` (columns short, date, order), oldest first: the order
+    of a chart's commit axis."""
+    ordered = rows.sort_values(["date", "order"]) if "date" in rows.columns else rows.sort_values(
+        "order")
+    return list(dict.fromkeys(ordered["short"]))
+
+
+def _when(date: pd.Series) -> pd.Series:
+    return date.map(lambda d: f"{d:%Y-%m-%d %H:%M} UTC" if pd.notna(d) else NOT_MEASURED)
+
+
+def _worst(verdicts: Any) -> str | None:
+    """The most severe of ``verdicts`` in :data:`VERDICTS` order, ``context`` ignored."""
+    present = set(verdicts)
+    return next((v for v in VERDICTS if v in present and v != "context"), None)
+
+
+def speed_trend(
+    loaded: LoadedResults, machine: str, policy: Policy, baseline: str | None = None
+) -> pd.DataFrame:
+    """safeattn's geometric-mean speed per pass over commits, as an index (1.0 = baseline).
+
+    For each commit with safeattn rows of ``speed.SpeedSuite`` and each time metric (pass):
+    ``index`` = :func:`safeattn.regress.report.geomean` over the shapes measured at both
+    that commit and ``baseline`` of baseline time ÷ time (above 1: faster than the
+    baseline). ``baseline``: a full sha; by default, or when it has no such rows, the oldest
+    commit that has them. ``verdict``: the gate's verdict of the commit against its parent
+    (the previous commit measured on the machine, :func:`parent_commit`) on that pass's
+    benchmark, from :func:`compare`: the most severe of its safeattn rows, the geometric-mean
+    group row included; ``note`` gives the counts and the group row's reason.
+
+    Columns: machine, commit, short, date, when, order, pass, metric, index, shapes,
+    baseline, verdict, note. Empty when the machine has no such rows.
+    """
+    columns = ["machine", "commit", "short", "date", "when", "order", "pass", "metric", "index",
+               "shapes", "baseline", "verdict", "note"]
+    t = loaded.table
+    if IMPL_PARAM not in t.columns:  # no row of any benchmark with an impl parameter
+        return pd.DataFrame(columns=columns)
+    mine = t[(t["machine"] == machine) & t["benchmark"].isin(TREND_BENCHMARKS)]
+    own = mine[(mine["impl"] == OWN_IMPL) & (mine["status"] == "ok")]
+    own = own[pd.to_numeric(own["value"], errors="coerce") > 0]
+    if own.empty:
+        return pd.DataFrame(columns=columns)
+    commits = loaded.commits[loaded.commits["machine"] == machine]
+    order = dict(zip(commits["commit"], commits["order"], strict=True))
+    measured = sorted(set(own["commit"]), key=lambda c: order.get(c, -1))
+    if baseline not in measured:
+        baseline = measured[0]
+    base = own[own["commit"] == baseline].set_index(["metric", "param_key"])["value"]
+    narrow = replace(loaded, table=mine)  # compare() then judges just these benchmarks
+    records = []
+    for commit in measured:
+        judged = _judge_passes(narrow, machine, commit, policy)
+        of_commit = own[own["commit"] == commit]
+        for metric, pass_ in TIME_METRIC_PASSES.items():
+            rows = of_commit[of_commit["metric"] == metric]
+            if rows.empty:
+                continue
+            lower = METRICS[metric].better == "lower"
+            ratios = []
+            for key, value in zip(rows["param_key"], rows["value"], strict=True):
+                b = base.get((metric, key))
+                if b is not None and b > 0:
+                    ratios.append(b / value if lower else value / b)
+            index, n = report.geomean(ratios)
+            verdict, note = judged.get(f"{SPEED_SUITE}.track_{metric}", (NOT_JUDGED, ""))
+            records.append({
+                "machine": machine, "commit": commit, "short": short(commit),
+                "date": rows["date"].iloc[0], "order": order.get(commit, -1), "pass": pass_,
+                "metric": metric, "index": index, "shapes": n, "baseline": short(baseline),
+                "verdict": verdict, "note": note,
+            })
+    trend = pd.DataFrame.from_records(records, columns=columns)
+    trend["when"] = _when(trend["date"])
+    return trend.dropna(subset=["index"]).reset_index(drop=True)
+
+
+def _judge_passes(
+    loaded: LoadedResults, machine: str, commit: str, policy: Policy
+) -> dict[str, tuple[str, str]]:
+    """Benchmark -> (the gate's most severe verdict on its safeattn rows, a note), for
+    ``commit`` against its parent on ``machine``."""
+    parent = parent_commit(loaded, commit, machine)
+    if parent is None:
+        return {b: (NO_PARENT, "") for b in TREND_BENCHMARKS}
+    c = compare(loaded, parent, commit, machine, policy)
+    c = c[~c["peer"].astype(bool)]
+    out = {}
+    for benchmark, rows in c.groupby("benchmark"):
+        counts = rows["verdict"].value_counts()
+        note = ", ".join(f"{v} {int(counts[v])}" for v in VERDICTS if v in counts.index)
+        group = rows[rows["param_key"] == GROUP_PARAM_KEY]
+        if not group.empty:
+            note += f"; {group['reason'].iloc[0]}"
+        out[benchmark] = (_worst(rows["verdict"]) or NOT_JUDGED, f"vs {short(parent)}: {note}")
+    return out
+
+
+def _verdict_scale() -> alt.Scale:
+    return alt.Scale(domain=list(VERDICT_COLOURS), range=list(VERDICT_COLOURS.values()))
+
+
+def trend_chart(trend: pd.DataFrame) -> alt.LayerChart:
+    """:func:`speed_trend` as lines per pass over commits (short hashes, date on hover), a
+    neutral rule at 1.0 and the gate's regressions/improvements as diamonds."""
+    x = alt.X("short:N", sort=commit_axis(trend), title="commit (oldest → newest)",
+              axis=alt.Axis(labelAngle=-45))
+    y = alt.Y("index:Q", title="speed index (baseline = 1)", scale=alt.Scale(zero=False))
+    tooltip = [alt.Tooltip("short:N", title="commit"), alt.Tooltip("when:N", title="date"),
+               "pass:N", alt.Tooltip("index:Q", format=".3f", title="speed index"),
+               alt.Tooltip("shapes:Q", title="shapes"), alt.Tooltip("baseline:N"),
+               alt.Tooltip("verdict:N", title="gate verdict"), alt.Tooltip("note:N")]
+    one = alt.Chart(pd.DataFrame({"index": [1.0]})).mark_rule(
+        color=NEUTRAL, strokeDash=[4, 3]).encode(y="index:Q")
+    lines = alt.Chart(trend).mark_line(point=True).encode(
+        x=x, y=y, tooltip=tooltip,
+        color=alt.Color("pass:N", title="pass", sort=list(TIME_METRIC_PASSES.values()),
+                        scale=alt.Scale(range=SERIES_COLOURS)),
+    )
+    layers = [one, lines]
+    marked = trend[trend["verdict"].isin(VERDICT_COLOURS)]
+    if not marked.empty:
+        layers.append(alt.Chart(marked).mark_point(size=170, filled=True, shape="diamond").encode(
+            x=x, y=y, tooltip=tooltip,
+            color=alt.Color("verdict:N", scale=_verdict_scale(), title="gate verdict"),
+        ))
+    return alt.layer(*layers).resolve_scale(color="independent").properties(height=300)
+
+
 def _rows(loaded: LoadedResults, machine: str, commit: str) -> pd.DataFrame:
     t = loaded.table
     return t[(t["machine"] == machine) & (t["commit"] == commit)]
 
 
+# The suites that measure the must-be-zero rates: the GPU suite first; a CPU machine
+# (make demo without a GPU) runs the Triton-interpreter one only.
+SAFETY_SUITES: tuple[str, ...] = ("numerics.NumericsSuite", "numerics.InterpreterNumericsSuite")
+SAFETY_BENCHMARKS: tuple[str, ...] = tuple(
+    f"{suite}.track_{m}" for suite in SAFETY_SUITES for m in SAFETY_METRICS
+)
+
+
+def latest_safety(loaded: LoadedResults, machine: str) -> tuple[str | None, pd.DataFrame]:
+    """(the machine's newest commit with safety-rate results, its safety rows), or
+    (None, no rows): the rates a person asks about even when the newest commit ran other
+    suites only."""
+    t = loaded.table
+    rows = t[(t["machine"] == machine) & t["metric"].isin(SAFETY_METRICS)]
+    if "suite" in rows.columns:
+        # The GPU suite where the machine ran it, else the interpreter suite (a CPU machine).
+        present = [s for s in SAFETY_SUITES if (rows["suite"] == s).any()]
+        if present:
+            rows = rows[rows["suite"] == present[0]]
+    if rows.empty:
+        return None, rows
+    commits = loaded.commits[loaded.commits["machine"] == machine]
+    order = dict(zip(commits["commit"], commits["order"], strict=True))
+    commit = max(set(rows["commit"]), key=lambda c: order.get(c, -1))
+    return commit, rows[rows["commit"] == commit]
+
+
 def nonfinite_summary(safety: pd.DataFrame) -> pd.DataFrame:
-    """Safety rows -> per (metric, impl): rows measured, rows above 0, the worst rate.
+    """Safety rows -> per (metric, impl): rows, rows with a value (``measured``), rows
+    above 0, the worst rate as text (``"not measured"`` when no row has a value).
 
     safeattn first, then peers; ``impl`` is ``"—"`` for benchmarks without an impl.
     """
+    columns = ["metric", "impl", "rows", "measured", "above_zero", "worst"]
     if safety.empty:
-        return pd.DataFrame(columns=["metric", "impl", "rows", "above_zero", "worst"])
+        return pd.DataFrame(columns=columns)
     impl = safety["params"].map(lambda p: p.get(IMPL_PARAM, "—"))
-    frame = safety.assign(impl=impl, above=safety["value"] > 0)
+    values = pd.to_numeric(safety["value"], errors="coerce")
+    frame = safety.assign(impl=impl, value=values, above=values > 0)
     summary = (
         frame.groupby(["metric", "impl"], sort=False)
-        .agg(rows=("value", "size"), above_zero=("above", "sum"), worst=("value", "max"))
+        .agg(rows=("value", "size"), measured=("value", "count"), above_zero=("above", "sum"),
+             worst=("value", "max"))
         .reset_index()
     )
+    # A peer that was never measured (failed or skipped everywhere) says so in words.
+    summary["worst"] = summary["worst"].map(lambda v: shown_text(v, "{:g}"))
     summary["own"] = summary["impl"] == OWN_IMPL
-    return summary.sort_values(["own", "metric", "impl"], ascending=[False, True, True]).drop(
-        columns="own"
-    )
+    return summary.sort_values(["own", "metric", "impl"], ascending=[False, True, True])[columns]
 
 
 # ---------------------------------------------------------------------------- history
@@ -238,8 +457,9 @@ def history(
 ) -> pd.DataFrame:
     """One benchmark over commits: one row per (machine, commit, parameter combination).
 
-    Columns: machine, commit, short, date, order, param_key, series (machine + param_key,
-    one chart line each), value, ci_low, ci_high, status, unit, and the parameter columns.
+    Columns: machine, commit, short, date, when (the date as text), order, param_key,
+    series (machine + param_key, one chart line each), value, ci_low, ci_high, status,
+    unit, and the parameter columns.
     ``last_n`` keeps each machine's newest ``last_n`` commits.
     """
     t = loaded.table
@@ -250,9 +470,126 @@ def history(
     if last_n is not None:
         newest = rows.groupby("machine")["order"].transform("max")
         rows = rows[rows["order"] > newest - last_n]
-    rows = rows.assign(short=rows["commit"].str[:8])
+    rows = rows.assign(short=rows["commit"].str[:8], when=_when(rows["date"]))
     rows["series"] = rows["machine"] + " · " + rows["param_key"]
     return rows.sort_values(["machine", "order", "param_key"]).reset_index(drop=True)
+
+
+def history_baselines(rows: pd.DataFrame, wanted: str | None = None) -> dict[str, str]:
+    """Machine -> the commit its series are normalised to: ``wanted`` (a full sha or a
+    prefix) where that machine measured it, else the machine's oldest commit in ``rows``."""
+    out = {}
+    for machine, of_machine in rows.groupby("machine"):
+        shas = list(dict.fromkeys(of_machine.sort_values("order")["commit"]))
+        hits = [c for c in shas if wanted and c.startswith(wanted)]
+        out[machine] = hits[0] if hits else shas[0]
+    return out
+
+
+def normalised(rows: pd.DataFrame, field: str, baselines: dict[str, str]) -> pd.DataFrame:
+    """Add ``relative`` = ``field`` ÷ the same series' value at its machine's baseline
+    commit (NaN where the baseline did not measure the series), and ``baseline`` (short)."""
+    values = pd.to_numeric(rows[field], errors="coerce")
+    base = {
+        (m, key): v
+        for m, c, key, v in zip(rows["machine"], rows["commit"], rows["param_key"], values,
+                                strict=True)
+        if baselines.get(m) == c and v > 0
+    }
+    ref = [base.get((m, key), math.nan) for m, key in zip(rows["machine"], rows["param_key"],
+                                                          strict=True)]
+    return rows.assign(relative=values / pd.Series(ref, index=rows.index, dtype=float),
+                       baseline=rows["machine"].map(lambda m: short(baselines.get(m))))
+
+
+def summary_group(rows: pd.DataFrame) -> pd.Series:
+    """What one summary line stands for: the implementation, or "all rows" without one."""
+    if IMPL_PARAM in rows.columns and rows[IMPL_PARAM].notna().any():
+        return rows[IMPL_PARAM].fillna("—").astype(str)
+    return pd.Series("all rows", index=rows.index)
+
+
+def history_summary(rows: pd.DataFrame, verdicts: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Few readable series: per machine, commit and implementation, the geometric mean
+    (:func:`safeattn.regress.report.geomean`) over its shapes of ``relative`` (the output
+    of :func:`normalised`), 1.0 at the baseline. With ``verdicts``
+    (:func:`history_verdicts`), ``verdict`` is the most severe of the gate's verdicts on
+    the rows behind each point.
+
+    Columns: machine, group, commit, short, date, when, order, relative, shapes, baseline,
+    verdict.
+    """
+    columns = ["machine", "group", "commit", "short", "date", "when", "order", "relative",
+               "shapes", "baseline", "verdict"]
+    if rows.empty:
+        return pd.DataFrame(columns=columns)
+    rows = rows.assign(group=summary_group(rows))
+    severity = {}
+    if verdicts is not None and not verdicts.empty:
+        group_of = dict(zip(rows["param_key"], rows["group"], strict=False))
+        v = verdicts.assign(group=verdicts["param_key"].map(group_of))
+        for key, of_point in v.groupby(["machine", "commit", "group"]):
+            severity[key] = _worst(of_point["verdict"])
+    records = []
+    for (machine, group, commit), of_point in rows.groupby(["machine", "group", "commit"]):
+        value, n = report.geomean(of_point["relative"])
+        first = of_point.iloc[0]
+        records.append({
+            "machine": machine, "group": group, "commit": commit, "short": first["short"],
+            "date": first["date"], "order": first["order"], "relative": value, "shapes": n,
+            "baseline": first["baseline"],
+            "verdict": severity.get((machine, commit, group)) or NOT_JUDGED,
+        })
+    out = pd.DataFrame.from_records(records, columns=columns)
+    out["when"] = _when(out["date"])
+    return out.dropna(subset=["relative"]).sort_values(["machine", "order", "group"]).reset_index(
+        drop=True)
+
+
+def relative_title(title: str) -> str:
+    """``"forward time [ms] (lower is better)"`` -> ``"forward time ÷ baseline (lower is
+    better)"``: the axis title of values normalised to a baseline."""
+    name = title.split(" (")[0].split(" [")[0]
+    better = "(" + title.split(" (", 1)[1] if " (" in title else ""
+    return f"{name} ÷ baseline {better}".strip()
+
+
+def history_chart(
+    rows: pd.DataFrame, y_field: str, y_title: str, colour: str, colour_title: str,
+    marks: pd.DataFrame | None = None, tooltip: list | None = None, legend: bool = True,
+) -> alt.LayerChart:
+    """One machine's lines over commits: x = short hashes oldest → newest (date on hover),
+    one colour per ``colour`` value, a neutral rule at 1.0 when ``y_field`` is relative,
+    and ``marks`` (rows with a ``verdict``) as the gate's diamonds."""
+    x = alt.X("short:N", sort=commit_axis(rows), title="commit (oldest → newest)",
+              axis=alt.Axis(labelAngle=-45))
+    if y_field == "relative":
+        y_title = relative_title(y_title)
+    y = alt.Y(f"{y_field}:Q", title=y_title, scale=alt.Scale(zero=False))
+    tooltip = tooltip or [alt.Tooltip("short:N", title="commit"),
+                          alt.Tooltip("when:N", title="date"), f"{colour}:N",
+                          alt.Tooltip(f"{y_field}:Q", format=".4g")]
+    lines = alt.Chart(rows).mark_line(point=True).encode(
+        x=x, y=y, tooltip=tooltip,
+        color=alt.Color(f"{colour}:N", title=colour_title,
+                        scale=alt.Scale(range=SERIES_COLOURS)
+                        if rows[colour].nunique() <= len(SERIES_COLOURS) else alt.Undefined,
+                        # on the right: Streamlit fits legend and axes into the height
+                        legend=alt.Legend(orient="right", labelLimit=420) if legend else None),
+    )
+    layers: list[Any] = [lines]
+    if y_field == "relative":
+        layers.insert(0, alt.Chart(pd.DataFrame({"relative": [1.0]})).mark_rule(
+            color=NEUTRAL, strokeDash=[4, 3]).encode(y="relative:Q"))
+    if marks is not None and not marks.empty:
+        marked = marks[marks["verdict"].isin(VERDICT_COLOURS)].dropna(subset=[y_field])
+        if not marked.empty:
+            layers.append(alt.Chart(marked).mark_point(size=150, filled=True,
+                                                       shape="diamond").encode(
+                x=x, y=y, tooltip=[*tooltip, alt.Tooltip("verdict:N", title="gate verdict")],
+                color=alt.Color("verdict:N", scale=_verdict_scale(), title="gate verdict"),
+            ))
+    return alt.layer(*layers).resolve_scale(color="independent").properties(height=380)
 
 
 def add_tflops(rows: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
@@ -463,6 +800,130 @@ def peer_ratios(loaded: LoadedResults, machine: str, commit: str) -> pd.DataFram
     return out.sort_values(["benchmark", "peer", "shape"]).reset_index(drop=True)
 
 
+# Peer comparisons per suite: which benchmarks (metric -> column tag) and which parameters
+# make one row's shape, as in the README's generated tables (safeattn.regress.report).
+@dataclass(frozen=True)
+class PeerSuite:
+    title: str
+    keys: tuple[str, ...]
+    passes: dict[str, str]
+
+
+MODEL_SUITE = report.MODEL_SUITE
+PEER_SUITES: dict[str, PeerSuite] = {
+    SPEED_SUITE: PeerSuite("Dense shapes", tuple(report.SHAPE_KEYS),
+                           {"forward_ms": "fwd", "backward_ms": "bwd"}),
+    MASKED_SUITE: PeerSuite("Masked workloads", tuple(report.MASKED_KEYS),
+                            {"forward_ms": "fwd", "backward_ms": "bwd"}),
+    MODEL_SUITE: PeerSuite("Training step of a small decoder", ("seq_len", "padding"),
+                           {"step_ms": "step"}),
+}
+PEER_BENCHMARKS: tuple[str, ...] = tuple(
+    f"{suite}.track_{metric}" for suite, spec in PEER_SUITES.items() for metric in spec.passes
+)
+# Shape parameters as a person reads them in a table header.
+KEY_TITLES = {"head_dim": "D", "seq_len": "N", "gqa": "GQA", "mask": "mask", "padding": "padding"}
+
+
+def peer_table(loaded: LoadedResults, machine: str, suite: str) -> tuple[str | None, pd.DataFrame]:
+    """safeattn against each peer per shape, at the machine's newest commit with ``suite``.
+
+    Returns (that commit or None, the table): one row per shape (its parameters as
+    columns, mask kinds and paddings by their workload labels), ``safeattn <pass> ms``
+    per pass, then per peer and pass ``<peer> <pass>`` = peer time ÷ safeattn time
+    (:func:`safeattn.regress.report.peer_over_own`; above 1: safeattn is faster, NaN: the
+    peer was not measured there). Passes: :data:`PEER_SUITES`.
+    """
+    spec = PEER_SUITES[suite]
+    commit, rows = report.suite_rows(loaded, machine, suite)
+    if commit is None or rows.empty or IMPL_PARAM not in rows.columns:
+        return None, pd.DataFrame()
+    keys = [k for k in spec.keys if k in rows.columns and rows[k].notna().any()]
+    impls = set(rows[IMPL_PARAM].dropna())
+    peers = [p for p in PEERS if p in impls] + sorted(impls - set(PEERS) - {OWN_IMPL})
+    parts = []
+    for metric, tag in spec.passes.items():
+        ratios = report.peer_over_own(rows[rows["metric"] == metric], keys)
+        if ratios.empty:
+            continue
+        part = pd.DataFrame({f"{OWN_IMPL} {tag} ms": ratios[OWN_IMPL]}, index=ratios.index)
+        for peer in peers:
+            part[f"{peer} {tag}"] = ratios[peer] if peer in ratios.columns else math.nan
+        parts.append(part)
+    if not parts:
+        return commit, pd.DataFrame()
+    table = pd.concat(parts, axis=1).reset_index()
+    tags = list(spec.passes.values())
+    ordered = [*keys, *(f"{OWN_IMPL} {t} ms" for t in tags),
+               *(f"{p} {t}" for p in peers for t in tags)]
+    table = table[[c for c in ordered if c in table.columns]]
+    labels = {"mask": {k: w.label for k, w in workloads.MASK_WORKLOADS.items()},
+              "padding": workloads.PADDING_LABELS}
+    for key, names in labels.items():
+        if key in table.columns:
+            table[key] = table[key].map(lambda v, names=names: names.get(v, v))
+    return commit, table.rename(columns=KEY_TITLES)
+
+
+def peer_names(loaded: LoadedResults) -> list[str]:
+    """The implementations other than safeattn in ``loaded`` (known peers first)."""
+    if IMPL_PARAM not in loaded.table.columns:
+        return []
+    impls = set(loaded.table[IMPL_PARAM].dropna()) - {OWN_IMPL}
+    return [p for p in PEERS if p in impls] + sorted(impls - set(PEERS))
+
+
+def ratio_columns(table: pd.DataFrame) -> list[str]:
+    """The peer ÷ safeattn columns of a :func:`peer_table`."""
+    return [c for c in table.columns
+            if not c.startswith(f"{OWN_IMPL} ") and c.rsplit(" ", 1)[-1] in
+            {t for spec in PEER_SUITES.values() for t in spec.passes.values()}]
+
+
+def peer_geomeans(table: pd.DataFrame) -> pd.DataFrame:
+    """Per peer (rows) and pass (columns): the geometric mean over shapes of a
+    :func:`peer_table`'s ratios (:func:`safeattn.regress.report.geomean`), and the number
+    of shapes measured."""
+    records: dict[str, dict[str, Any]] = {}
+    for column in ratio_columns(table):
+        peer, tag = column.rsplit(" ", 1)
+        value, n = report.geomean(table[column].dropna())
+        row = records.setdefault(peer, {"peer": peer})
+        row[tag] = value
+        row["shapes"] = max(row.get("shapes", 0), n)
+    frame = pd.DataFrame(list(records.values()))
+    return frame[[c for c in frame.columns if c != "shapes"] + ["shapes"]] if records else frame
+
+
+def without_peers(table: pd.DataFrame, keep: list[str]) -> pd.DataFrame:
+    """A :func:`peer_table` with only the ratio columns of the peers in ``keep``."""
+    drop = [c for c in ratio_columns(table) if c.rsplit(" ", 1)[0] not in keep]
+    return table.drop(columns=drop)
+
+
+def _ratio_css(value: Any) -> str:
+    """A peer ÷ safeattn cell's colour: red where safeattn is slower, green where it is
+    faster, stronger with the distance from 1 (saturated at 2x); near 1 neutral; a value
+    not measured in grey text."""
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        return f"color: {NEUTRAL}"
+    distance = min(abs(math.log2(value)), 1.0)
+    if distance < math.log2(1.03):
+        return ""
+    rgb = "44, 160, 44" if value > 1 else "214, 39, 40"
+    return f"background-color: rgba({rgb}, {0.15 + 0.6 * distance:.2f})"
+
+
+def styled_ratios(table: pd.DataFrame) -> Styler:
+    """A :func:`peer_table` or :func:`peer_geomeans` for people: ratios as ``1.23×``,
+    coloured (:func:`_ratio_css`), times in ms, "not measured" where a peer has no value."""
+    ratios = [c for c in table.columns if c in ratio_columns(table) or c in
+              {t for spec in PEER_SUITES.values() for t in spec.passes.values()}]
+    formats = {c: "{:.2f}×" for c in ratios}
+    formats.update({c: "{:.3f}" for c in table.columns if str(c).endswith(" ms")})
+    return readable(table, formats).map(_ratio_css, subset=ratios)
+
+
 def _worse_ratio(own: float, peer: float, lower_is_better: bool) -> float:
     worse, good = (own, peer) if lower_is_better else (peer, own)
     if worse == good:
@@ -576,4 +1037,49 @@ def numerics(
         out.sort_values(["metric", "_order", "family", "dtype", "_own", "impl"])
         .drop(columns=["_order", "_own"])
         .reset_index(drop=True)
+    )
+
+
+
+# A rate's colour band on the numerics heatmap: 0 neutral, any rate above 0 red, darker
+# the higher; a rate that was not measured in white.
+RATE_BANDS: dict[str, str] = {
+    "0": "#eeeeee",
+    "above 0, below 1 %": "#fcbba1",
+    "1 % to 10 %": "#fb6a4a",
+    "10 % to 50 %": "#cb181d",
+    "50 % or more": "#67000d",
+    NOT_MEASURED: "#ffffff",
+}
+
+
+def rate_band(value: Any) -> str:
+    """The :data:`RATE_BANDS` name of a rate."""
+    rate = pd.to_numeric(value, errors="coerce")
+    if pd.isna(rate):
+        return NOT_MEASURED
+    if rate <= 0:
+        return "0"
+    for limit, band in ((0.01, "above 0, below 1 %"), (0.1, "1 % to 10 %"), (0.5, "10 % to 50 %")):
+        if rate < limit:
+            return band
+    return "50 % or more"
+
+
+def numerics_chart(rows: pd.DataFrame) -> alt.Chart:
+    """Rates of one safety metric as a heatmap per dtype, coloured by :func:`rate_band`
+    (0 neutral grey, above 0 red), the rate or "not measured" on hover."""
+    rows = rows.assign(
+        band=rows["value"].map(rate_band),
+        shown=rows["value"].map(lambda v: shown_text(v, "{:.3g}")),
+    )
+    impls = sorted(rows["impl"].unique(), key=lambda i: (i != OWN_IMPL, i))
+    return alt.Chart(rows).mark_rect(stroke="#bdbdbd", strokeWidth=0.5).encode(
+        x=alt.X("impl:N", title=None, sort=impls),
+        y=alt.Y("family:N", title=None, sort=list(dict.fromkeys(rows["family"])),
+                axis=alt.Axis(labelLimit=400)),
+        color=alt.Color("band:N", title="rate",
+                        scale=alt.Scale(domain=list(RATE_BANDS), range=list(RATE_BANDS.values()))),
+        column=alt.Column("dtype:N", title=None),
+        tooltip=["family", "dtype", "impl", alt.Tooltip("shown:N", title="rate"), "status"],
     )

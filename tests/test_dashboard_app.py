@@ -22,12 +22,15 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from dashboard import data, views  # noqa: E402
 from dashboard.sample_results import MACHINES, cached_sample_results  # noqa: E402
 from safeattn.gpu_limits import ARCHS  # noqa: E402
-from safeattn.regress.compare import compare, load_policy  # noqa: E402
+from safeattn.regress import report  # noqa: E402
+from safeattn.regress.compare import compare, load_policy, parent_commit  # noqa: E402
+from safeattn.regress.gate import gate_verdict  # noqa: E402
 from safeattn.regress.results import load_results  # noqa: E402
 
 APP = REPO / "dashboard" / "app.py"
@@ -342,3 +345,323 @@ def test_sample_regression_is_really_slower(sample) -> None:
     after = own[own["commit"] == head].set_index("param_key")["value"]
     assert all(math.isfinite(v) for v in before)
     assert (after / before).min() > 1.5
+
+
+# ------------------------------------------------- answers before tables (issue part 3)
+
+
+def shown_cells(table) -> pd.DataFrame:
+    """What a person reads in an ``st.dataframe``: the Styler's display values when the
+    page styled the table, else the values as text."""
+    styler = table.proto.arrow_data.styler
+    if styler.display_values:
+        return convert_arrow_bytes_to_pandas_df(styler.display_values).astype(str)
+    return table.value.astype(str)
+
+
+def charts(at: AppTest) -> list[dict]:
+    """The Vega-Lite specs of the page's charts, each with its datasets as DataFrames."""
+    out = []
+    for chart in at.get("vega_lite_chart"):
+        spec = json.loads(chart.proto.spec)
+        spec["_data"] = {d.name: convert_arrow_bytes_to_pandas_df(d.data.data)
+                         for d in chart.proto.datasets}
+        out.append(spec)
+    return out
+
+
+def x_fields(spec: dict) -> set[str]:
+    return {layer["encoding"]["x"]["field"] for layer in spec.get("layer", [spec])
+            if "x" in layer.get("encoding", {})}
+
+
+UNREADABLE = {"None", "nan", "NaN", "<NA>", "NaT", "none"}
+
+
+def _has_project_results() -> bool:
+    return bool(_result_files(PROJECT_RESULTS))
+
+
+needs_project_results = pytest.mark.skipif(
+    not _has_project_results(), reason="results/ holds no GPU asv results yet"
+)
+
+
+@pytest.mark.parametrize("results", ["sample", "project"])
+@pytest.mark.parametrize("page", PAGES)
+def test_no_none_or_nan_where_a_person_reads(sample_dir: Path, results: str, page: str) -> None:
+    if results == "project" and not _has_project_results():
+        pytest.skip("results/ holds no GPU asv results yet")
+    at = run_page(sample_dir if results == "sample" else PROJECT_RESULTS, page)
+    for table in at.dataframe:
+        # the browser draws an empty cell as None unless the table names a placeholder
+        assert table.proto.placeholder == views.NOT_MEASURED or not table.value.isna().any().any()
+        cells = shown_cells(table)
+        bad = cells.to_numpy()[cells.isin(UNREADABLE).to_numpy()]
+        assert not len(bad), f"{page}: {list(cells.columns)} shows {bad[:5]}"
+    shown = texts(at.markdown) + texts(at.caption) + texts(at.error) + texts(at.success)
+    assert "None" not in shown.split() and "nan" not in shown.split(), page
+
+
+def test_speed_trend_is_an_index_marked_with_the_gates_verdicts(sample) -> None:
+    machine = MACHINES[0]
+    base, head = shas(sample, machine)
+    trend = views.speed_trend(sample, machine, load_policy())
+    assert set(trend["pass"]) == {"forward"}  # the sample measures the forward pass only
+    at_base = trend[trend["commit"] == base].iloc[0]
+    at_head = trend[trend["commit"] == head].iloc[0]
+    assert at_base["index"] == pytest.approx(1.0)
+    assert at_base["verdict"] == views.NO_PARENT
+    # the planted commit repeats the work: safeattn is slower, the index below 1
+    assert at_head["index"] < 1
+    t = sample.table
+    own = t[(t["machine"] == machine) & (t["benchmark"] == FORWARD) & (t["impl"] == "safeattn")]
+    ratios = (own[own["commit"] == base].set_index("param_key")["value"]
+              / own[own["commit"] == head].set_index("param_key")["value"])
+    assert at_head["index"] == pytest.approx(report.geomean(ratios)[0])
+    # the mark is the gate's own verdict on that benchmark, against the parent commit
+    gate = compare(sample, parent_commit(sample, head, machine), head, machine, load_policy())
+    own_rows = gate[(gate["benchmark"] == FORWARD) & ~gate["peer"].astype(bool)]
+    assert at_head["verdict"] == "regression" and "regression" in set(own_rows["verdict"])
+    # another baseline: the head is 1.0, the base above it
+    rebased = views.speed_trend(sample, machine, load_policy(), baseline=head)
+    assert rebased.set_index("commit").at[head, "index"] == pytest.approx(1.0)
+    assert rebased.set_index("commit").at[base, "index"] > 1
+    spec = views.trend_chart(trend).to_dict()
+    assert any(layer["encoding"]["x"]["field"] == "short" for layer in spec["layer"]
+               if "x" in layer["encoding"])
+
+
+def test_overview_leads_with_a_verdict_and_a_trend_per_gpu(sample_dir: Path, sample) -> None:
+    at = run_page(sample_dir, "overview")
+    verdicts = [e.value for e in at.error] + [e.value for e in at.success]
+    assert len(verdicts) == len(MACHINES)
+    for machine, verdict in zip(MACHINES, verdicts, strict=True):
+        _, head = shas(sample, machine)
+        assert views.short(head) in verdict
+    trends = charts(at)
+    assert len(trends) == len(MACHINES)
+    for spec in trends:
+        assert "short" in x_fields(spec)
+        values = set().union(*(set(d["short"]) for d in spec["_data"].values()
+                               if "short" in d.columns))
+        assert values <= {views.short(c) for c in sample.commits["commit"]}
+
+
+@needs_project_results
+def test_overview_of_the_gpu_history_names_both_gpus_with_the_gates_verdict() -> None:
+    loaded = load_results(PROJECT_RESULTS)
+    gpus = sorted(loaded.machines)
+    at = run_page(PROJECT_RESULTS, "overview")
+    headers = texts(at.header)
+    for gpu in gpus:
+        assert gpu in headers
+    health = views.overview(loaded, load_policy())
+    verdict_lines = [e.value for e in [*at.error, *at.success, *at.warning]
+                     if "the gate would" in e.value or "Nothing compared" in e.value]
+    assert len(verdict_lines) == len(gpus)
+    for h in health:
+        # the page's verdict is the gate's, on the newest commit against its parent
+        expected = gate_verdict(compare(loaded, h.parent, h.head, h.machine, load_policy()))
+        assert h.verdict == expected
+        line = next(v for v in verdict_lines if views.short(h.head) in v
+                    and views.short(h.parent) in v)
+        assert f"the gate would {expected}" in line or expected == "nothing compared"
+    # one speed trend per GPU, over commits (short hashes) with the passes as lines
+    trends = charts(at)
+    assert len(trends) == len(gpus)
+    for spec in trends:
+        assert "short" in x_fields(spec)
+        data = pd.concat([d for d in spec["_data"].values() if "pass" in d.columns])
+        assert set(data["pass"]) == {"forward", "backward", "fwd_bwd"}
+        assert data["short"].str.fullmatch(r"[0-9a-f]{8}").all()
+
+
+def test_history_draws_few_series_over_commits(sample_dir: Path, sample) -> None:
+    machine = MACHINES[0]
+    base, head = shas(sample, machine)
+    rows = views.history(sample, FORWARD, [machine], {})
+    rows = views.normalised(rows, "value", views.history_baselines(rows))
+    summary = views.history_summary(rows)
+    # one line per implementation, not one per parameter combination
+    assert set(summary["group"]) == {"safeattn", "sdpa_math"}
+    assert rows["param_key"].nunique() > len(set(summary["group"]))
+    at_base = summary[summary["commit"] == base]
+    assert at_base["relative"].tolist() == pytest.approx([1.0, 1.0])
+    own_head = summary[(summary["commit"] == head) & (summary["group"] == "safeattn")]
+    assert own_head["relative"].item() > 1  # time ÷ baseline time: the planted slowdown
+
+    at = run_page(sample_dir, "history", {"benchmark": FORWARD})
+    specs = charts(at)
+    assert len(specs) == len(MACHINES)  # small multiples: one chart per GPU
+    commits = {views.short(c) for c in sample.commits["commit"]}
+    for spec in specs:
+        assert x_fields(spec) == {"short"}
+        for d in spec["_data"].values():
+            if "short" in d.columns:
+                assert set(d["short"]) <= commits
+        lines = [d for d in spec["_data"].values() if "group" in d.columns]
+        assert lines and all(d["group"].nunique() <= 2 for d in lines)
+    # the full detail is one toggle away, still over commits
+    detail = run_page(sample_dir, "history", {"benchmark": FORWARD, "detail": "1"})
+    for spec in charts(detail):
+        assert x_fields(spec) == {"short"}
+        series = [d["param_key"].nunique() for d in spec["_data"].values()
+                  if "param_key" in d.columns]
+        assert max(series) == rows["param_key"].nunique()
+
+
+def test_peer_table_has_forward_and_backward_ratios(sample) -> None:
+    machine = MACHINES[0]
+    commit, table = views.peer_table(sample, machine, views.SPEED_SUITE)
+    assert commit == shas(sample, machine)[1]
+    assert "sdpa_math fwd" in table.columns and "safeattn fwd ms" in table.columns
+    # peer time ÷ safeattn time, as the README's tables (report.peer_over_own)
+    row = table.iloc[0]
+    t = sample.table
+    of_shape = t[(t["machine"] == machine) & (t["commit"] == commit) & (t["benchmark"] == FORWARD)
+                 & (t["dtype"] == row["dtype"]) & (t["head_dim"] == row["D"])
+                 & (t["seq_len"] == row["N"]) & (t["causal"] == row["causal"])]
+    values = of_shape.set_index("impl")["value"]
+    assert row["sdpa_math fwd"] == pytest.approx(values["sdpa_math"] / values["safeattn"])
+    html = views.styled_ratios(table).to_html()
+    assert "×" in html and "nan" not in html
+
+
+@needs_project_results
+def test_peers_show_every_gpu_forward_backward_and_masked_workloads() -> None:
+    loaded = load_results(PROJECT_RESULTS)
+    for machine in loaded.machines:
+        _, table = views.peer_table(loaded, machine, views.SPEED_SUITE)
+        peers = {c.rsplit(" ", 1)[0] for c in views.ratio_columns(table)}
+        assert peers, machine
+        for peer in peers:
+            assert f"{peer} fwd" in table.columns and f"{peer} bwd" in table.columns
+        has_masked = (loaded.table[loaded.table["machine"] == machine]["suite"]
+                      == views.MASKED_SUITE).any()
+        _, masked = views.peer_table(loaded, machine, views.MASKED_SUITE)
+        assert (not masked.empty) == has_masked, machine
+        if has_masked:
+            labels = {w.label for w in views.workloads.MASK_WORKLOADS.values()}
+            assert set(masked["mask"]) <= labels
+            assert any(c.endswith(" bwd") for c in views.ratio_columns(masked))
+    at = run_page(PROJECT_RESULTS, "peers")
+    headers = texts(at.header)
+    for machine in loaded.machines:
+        assert machine in headers
+    subheaders = texts(at.subheader)
+    assert subheaders.count("Masked workloads") == sum(
+        (loaded.table[loaded.table["machine"] == m]["suite"] == views.MASKED_SUITE).any()
+        for m in loaded.machines)
+    for table in at.dataframe:
+        assert table.proto.placeholder == views.NOT_MEASURED
+        assert not shown_cells(table).isin(UNREADABLE).to_numpy().any()
+
+
+def test_numerics_colours_zero_as_neutral_and_any_rate_as_red() -> None:
+    assert views.rate_band(0.0) == "0"
+    assert views.rate_band(None) == views.NOT_MEASURED
+    assert views.rate_band(math.nan) == views.NOT_MEASURED
+    assert views.rate_band(0.001) != "0" and views.rate_band(1.0) == "50 % or more"
+    zero = views.RATE_BANDS["0"]
+    red, green, blue = (int(zero[i:i + 2], 16) for i in (1, 3, 5))
+    assert red == green == blue  # grey: no warm tint for a rate of 0
+    for band, colour in views.RATE_BANDS.items():
+        if band not in ("0", views.NOT_MEASURED):
+            r, g, b = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
+            assert r > g and r > b, band  # reds
+    rows = pd.DataFrame({"metric": "nonfinite_rate", "family": ["a", "a", "b"],
+                         "dtype": "float16", "impl": ["safeattn", "peer", "peer"],
+                         "value": [0.0, 0.5, None], "status": ["ok", "ok", "failed"]})
+    spec = views.numerics_chart(rows).to_dict()
+    data = next(iter(spec["datasets"].values()))
+    assert [d["band"] for d in data] == ["0", "50 % or more", views.NOT_MEASURED]
+    assert [d["shown"] for d in data] == ["0", "0.5", views.NOT_MEASURED]
+
+
+def test_rates_of_a_peer_never_measured_say_so(sample) -> None:
+    machine = MACHINES[0]
+    _, safety = views.latest_safety(sample, machine)
+    never = safety[safety["params"].map(lambda p: p.get("impl") == "sdpa_math")].copy()
+    never["params"] = never["params"].map(lambda p: {**p, "impl": "never_ran"})
+    never["value"] = None
+    summary = views.nonfinite_summary(pd.concat([safety, never]))
+    row = summary[summary["impl"] == "never_ran"].iloc[0]
+    assert row["worst"] == views.NOT_MEASURED and row["measured"] == 0
+    assert "None" not in summary.astype(str).to_numpy().ravel().tolist()
+
+
+# ------------------------------------------- a CPU machine beside the GPUs (make demo on CPU)
+# make demo on a machine without a GPU runs the Triton-interpreter suites
+# (benchmarks/run.py's "cpu" set: StaticAuditSuite, InterpreterSpeedSuite,
+# InterpreterNumericsSuite): no speed.SpeedSuite rows, and a machine that has run only the
+# static audit so far has no row with an `impl` parameter at all.
+CPU_INTERPRETER = "cpu-interpreter"  # speed and numerics under the interpreter suites' names
+CPU_AUDIT_ONLY = "cpu-audit-only"  # resources only: no `impl` parameter anywhere
+CPU_RENAMES = {"speed.SpeedSuite.": "speed.InterpreterSpeedSuite.",
+               "numerics.NumericsSuite.": "numerics.InterpreterNumericsSuite."}
+
+
+def _renamed(name: str) -> str:
+    for old, new in CPU_RENAMES.items():
+        if name.startswith(old):
+            return new + name[len(old):]
+    return name
+
+
+def with_cpu_machines(sample_dir: Path, tmp_path: Path) -> Path:
+    """A copy of the sample results plus two CPU machines made from one sample machine's
+    real result files: one with the interpreter suites' names, one with resources only."""
+    results = tmp_path / "results"
+    shutil.copytree(sample_dir, results)
+    catalogue = json.loads((results / "benchmarks.json").read_text())
+    for name in [n for n in catalogue if n != "version"]:
+        if _renamed(name) != name:
+            catalogue[_renamed(name)] = {**catalogue[name], "name": _renamed(name)}
+    (results / "benchmarks.json").write_text(json.dumps(catalogue))
+    source = results / MACHINES[1]
+    for machine, keep in ((CPU_INTERPRETER, lambda n: True),
+                          (CPU_AUDIT_ONLY, lambda n: n.startswith("resources."))):
+        target = results / machine
+        target.mkdir()
+        for path in source.glob("*.json"):
+            content = json.loads(path.read_text())
+            if "machine" in content and not isinstance(content["machine"], dict):
+                content["machine"] = machine  # machine.json
+            if isinstance(content.get("params"), dict):
+                content["params"]["machine"] = machine
+            if isinstance(content.get("results"), dict):
+                content["results"] = {_renamed(n): r for n, r in content["results"].items()
+                                      if keep(n)}
+            (target / path.name).write_text(json.dumps(content))
+    return results
+
+
+def test_a_cpu_machine_has_no_speed_trend_and_no_page_breaks(
+    sample_dir: Path, tmp_path: Path
+) -> None:
+    results = with_cpu_machines(sample_dir, tmp_path)
+    index = data.index_results(results)
+    assert set(index.machines()) == {*MACHINES, CPU_INTERPRETER, CPU_AUDIT_ONLY}
+    # the audit-only machine's speed window has no `impl` column: no trend, no KeyError
+    audit = data.load_commits(index, {CPU_AUDIT_ONLY: index.commits(CPU_AUDIT_ONLY)})
+    assert not audit.table.empty and "impl" not in audit.table.columns
+    assert views.speed_trend(audit, CPU_AUDIT_ONLY, load_policy()).empty
+    loaded = load_results(results)
+    assert views.speed_trend(loaded, CPU_INTERPRETER, load_policy()).empty
+    assert not views.speed_trend(loaded, MACHINES[0], load_policy()).empty
+    # the interpreter's rates stand in for the GPU suite's on a CPU machine
+    commit, safety = views.latest_safety(loaded, CPU_INTERPRETER)
+    assert commit == index.commits(CPU_INTERPRETER)[0]
+    assert set(safety["suite"]) == {"numerics.InterpreterNumericsSuite"}
+
+    at = run_page(results, "overview")
+    headers = texts(at.header)
+    assert all(m in headers for m in (*MACHINES, CPU_INTERPRETER, CPU_AUDIT_ONLY)), headers
+    notes = [c.value for c in at.caption if "No GPU speed history on this machine" in c.value]
+    assert len(notes) == 2, texts(at.caption)
+    assert len(charts(at)) == len(MACHINES)  # a trend for each machine with SpeedSuite rows
+    # every page, on each CPU machine
+    for machine in (CPU_INTERPRETER, CPU_AUDIT_ONLY):
+        for page in PAGES:
+            run_page(results, page, {"machine": machine, "machines": machine})

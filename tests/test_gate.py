@@ -224,3 +224,20 @@ def test_damaged_files_never_crash_the_gate(toy, tmp_path, capsys):
             code, _, _ = gate(capsys, "--results", str(copy), "--base", shas["base"],
                               "--head", shas["slow"], "--format", fmt)
             assert code in (0, 1, 2), (target.name, code)
+
+
+def test_gate_verdict_reads_compare_rows_like_the_exit_code():
+    import pandas as pd
+
+    from safeattn.regress.gate import FAIL, NOTHING_COMPARED, PASS, gate_verdict
+
+    def rows(*verdicts: str) -> pd.DataFrame:
+        return pd.DataFrame({"verdict": list(verdicts)})
+
+    assert gate_verdict(rows("unchanged", "context", "new")) == PASS
+    assert gate_verdict(rows("improvement")) == PASS
+    for blocking in ("failure", "missing", "regression"):
+        assert gate_verdict(rows("unchanged", "improvement", blocking)) == FAIL
+    # nothing actually compared: the gate exits 2, never passes
+    assert gate_verdict(rows("new", "context", "not_comparable")) == NOTHING_COMPARED
+    assert gate_verdict(rows()) == NOTHING_COMPARED

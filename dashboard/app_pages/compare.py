@@ -48,18 +48,22 @@ if shown_verdicts:
 if shown_kinds:
     rows = rows[rows["kind"].isin(shown_kinds)]
 order = {v: i for i, v in enumerate(VERDICTS)}
-rows = rows.assign(_order=rows["verdict"].map(order)).sort_values(
-    ["_order", "ratio"], ascending=[True, False]
-)
-st.dataframe(
-    rows[["verdict", "benchmark", "param_key", "base_value", "head_value", "unit", "ratio",
-          "p_value", "significant", "test", "reason"]],
-    hide_index=True,
+rows = rows.assign(
+    _order=rows["verdict"].map(order),
+    # None = no significance test applies (not a speed row): say so, not "None"
+    significant=rows["significant"].map({True: "yes", False: "no"}).fillna("no test"),
+).sort_values(["_order", "ratio"], ascending=[True, False])
+state.table(
+    views.readable(
+        rows[["verdict", "benchmark", "param_key", "base_value", "head_value", "unit", "ratio",
+              "p_value", "significant", "test", "reason"]],
+        {"ratio": "{:.3f}", "p_value": "{:.3g}"},
+    ),
     column_config={
-        "ratio": st.column_config.NumberColumn(
+        "ratio": st.column_config.Column(
             "ratio", help="How many times worse head is than base (> 1 = worse), in the "
-            "metric's own direction.", format="%.3f"),
-        "p_value": st.column_config.NumberColumn("p", format="%.3g"),
+            "metric's own direction."),
+        "p_value": st.column_config.Column("p"),
     },
 )
 st.caption(f"Policy: `{state.policy().source}`. {len(rows)} of {len(comparison)} rows shown.")

@@ -1,5 +1,7 @@
-"""History: any metric over commits, filtered by GPU and parameters, with the gate's
-regression points and change markers on the chart and commit hashes in the tooltips."""
+"""History: any metric over commits (short hashes on the x-axis, dates on hover), one chart
+per GPU. By default a few readable lines — per implementation, the geometric mean over the
+shapes shown, normalised to a baseline commit — with every series one toggle away, and the
+gate's verdicts of each commit against its parent as diamonds."""
 
 import altair as alt
 import streamlit as st
@@ -14,12 +16,16 @@ machine_names = state.url_multiselect("Machines (GPUs)", index.machines(), "mach
 machine_names = machine_names or index.machines()
 # Only the newest commits are loaded: a long history costs a load per commit.
 last_n = state.url_int("Newest commits per machine", "last", 50, 2, 5000, container=c2)
-# Offer the benchmarks that the newest commits measured (benchmarks.json also lists
-# suites that other machines run).
-newest = state.loaded_results({m: index.newest(m, 1) for m in machine_names})
+# Offer the benchmarks that the newest few commits measured (benchmarks.json also lists
+# suites that other machines run; a newest commit may have run only some suites).
+newest = state.loaded_results({m: index.newest(m, 5) for m in machine_names})
 labels = views.benchmark_labels(newest)
+# By default the dense grid's forward time, the benchmark with the longest history.
+default = list(labels).index(views.TREND_BENCHMARKS[0]) if views.TREND_BENCHMARKS[0] in labels \
+    else 0
 benchmark = state.url_select(
-    "Benchmark", list(labels), "benchmark", format_func=lambda b: f"{b} — {labels[b]}"
+    "Benchmark", list(labels), "benchmark", format_func=lambda b: f"{b} — {labels[b]}",
+    default_index=default,
 )
 window = {m: index.newest(m, last_n) for m in machine_names}
 # Only this benchmark's rows are loaded: a long history then stays quick.
@@ -32,9 +38,17 @@ if options:
     cols = st.columns(len(options))
     for col, (name, values) in zip(cols, options.items(), strict=True):
         filters[name] = state.url_multiselect(name, values, name, container=col)
-c1, c2 = st.columns(2)
-want_tflops = state.url_toggle("Show TFLOP/s (derived from time)", "tflops", False, container=c1)
-want_verdicts = state.url_toggle("Mark the gate's verdicts", "verdicts", True, container=c2)
+c1, c2, c3, c4 = st.columns(4)
+# Short labels: four toggles side by side leave each about 160 px before an ellipsis.
+every_series = state.url_toggle("Every series", "detail", False, container=c1,
+                                help="Each parameter combination on its own (full detail).")
+normalise = state.url_toggle("Normalise", "normalise", True, container=c2,
+                             help="Each value ÷ its value at a baseline commit.")
+want_tflops = state.url_toggle("TFLOP/s", "tflops", False, container=c3,
+                               help="Derived from the time and the shape's FLOP count.")
+want_verdicts = state.url_toggle("Gate verdicts", "verdicts", True, container=c4,
+                                 help="The gate's verdict of each commit against its parent, "
+                                 "as diamonds.")
 
 rows = views.history(loaded, benchmark, machine_names, filters)
 if rows.empty:
@@ -49,65 +63,75 @@ if want_tflops:
     else:
         y_field, y_title = "tflops", "TFLOP/s (higher is better)"
 
-n_series = rows["series"].nunique()
-st.caption(
-    f"{n_series} series over {rows['commit'].nunique()} commit(s). Each line is one machine "
-    "and parameter combination; narrow the filters above to compare fewer."
-)
-tooltip = ["short", "commit", "date", "machine", "param_key", alt.Tooltip(y_field, format=".4g"),
-           "status"]
-x = alt.X("order:Q", title="commit (oldest → newest, per machine)", axis=alt.Axis(format="d"))
-y = alt.Y(f"{y_field}:Q", title=y_title, scale=alt.Scale(zero=False))
-legend = alt.Legend(orient="bottom", columns=2, labelLimit=400) if n_series <= 12 else None
-base = alt.Chart(rows).encode(x=x, y=y)
-layers = [
-    base.mark_line(point=True).encode(
-        color=alt.Color("series:N", legend=legend), tooltip=tooltip
+summary_mode = not every_series
+if summary_mode or normalise:
+    shown = rows.sort_values("order", ascending=False).drop_duplicates("commit")
+    commits = list(shown["commit"])
+    wanted = state.url_select(
+        "Baseline commit (1.0)", commits, "baseline",
+        format_func=lambda c: f"{views.short(c)} · {shown.set_index('commit').at[c, 'when']}",
+        default_index=len(commits) - 1,
     )
-]
-band = rows.dropna(subset=["ci_low", "ci_high"])
-if y_field == "value" and not band.empty:
-    layers.append(
-        alt.Chart(band).mark_errorbar().encode(
-            x=x, y=alt.Y("ci_low:Q", title=y_title), y2="ci_high:Q", color="series:N"
-        )
-    )
+    baselines = views.history_baselines(rows, wanted)
+    rows = views.normalised(rows, y_field, baselines)
+    moved = [m for m, c in baselines.items() if c != wanted]
+    if moved:
+        st.caption(f"`{views.short(wanted)}` was not measured on {', '.join(moved)}: "
+                   "there the baseline is the oldest commit shown.")
 
 verdicts = None
 if want_verdicts:
     verdicts = state.history_verdicts(window, benchmark, machine_names, filters)
-    marked = verdicts[verdicts["verdict"].isin(["regression", "failure", "improvement"])]
-    if not marked.empty:
-        points = rows.merge(marked[["machine", "commit", "param_key", "verdict", "reason"]],
-                            on=["machine", "commit", "param_key"])
-        points = points.dropna(subset=[y_field])
-        colors = alt.Scale(domain=["regression", "failure", "improvement"],
-                           range=["#d62728", "#7b0000", "#2ca02c"])
-        layers.append(
-            alt.Chart(points).mark_point(size=140, filled=True, shape="diamond").encode(
-                x=x, y=y, color=alt.Color("verdict:N", scale=colors, legend=None),
-                tooltip=[*tooltip, "verdict", "reason"],
-            )
-        )
-        changes = points.drop_duplicates(["machine", "order", "verdict"])
-        layers.append(
-            alt.Chart(changes).mark_rule(strokeDash=[4, 3]).encode(
-                x=x, color=alt.Color("verdict:N", scale=colors, legend=None),
-                tooltip=["short", "machine", "verdict"],
-            )
-        )
 
-chart = alt.layer(*layers).resolve_scale(color="independent").properties(height=420)
-st.altair_chart(chart, width="stretch")
+if summary_mode:
+    summary = views.history_summary(rows, verdicts)
+    st.caption(
+        f"Per implementation, the geometric mean over {rows['param_key'].nunique()} "
+        "parameter combination(s) of each value ÷ its value at the baseline commit. "
+        "Turn on *Every series* for each combination on its own."
+    )
+    if summary.empty:
+        st.caption("No series has a value at its baseline commit: pick another baseline, or "
+                   "turn on *Every series* without normalising.")
+    for machine, of_machine in summary.groupby("machine"):
+        st.subheader(machine)
+        tooltip = [alt.Tooltip("short:N", title="commit"), alt.Tooltip("when:N", title="date"),
+                   alt.Tooltip("group:N", title="impl"),
+                   alt.Tooltip("relative:Q", format=".3f", title="÷ baseline"),
+                   alt.Tooltip("shapes:Q", title="combinations"), "baseline:N"]
+        st.altair_chart(
+            views.history_chart(of_machine, "relative", y_title, "group",
+                                "implementation", marks=of_machine, tooltip=tooltip),
+            width="stretch",
+        )
+else:
+    field = "relative" if normalise else y_field
+    title = y_title
+    n_series = rows["param_key"].nunique()
+    st.caption(f"{n_series} series per machine; narrow the filters above to compare fewer.")
+    marks = None
+    if verdicts is not None and not verdicts.empty:
+        marks = rows.merge(verdicts[["machine", "commit", "param_key", "verdict", "reason"]],
+                           on=["machine", "commit", "param_key"])
+    for machine, of_machine in rows.groupby("machine"):
+        st.subheader(machine)
+        tooltip = [alt.Tooltip("short:N", title="commit"), alt.Tooltip("when:N", title="date"),
+                   "param_key:N", alt.Tooltip(f"{field}:Q", format=".4g"), "status:N"]
+        of_marks = marks[marks["machine"] == machine] if marks is not None else None
+        st.altair_chart(
+            views.history_chart(of_machine, field, title, "param_key", "parameters",
+                                marks=of_marks, tooltip=tooltip, legend=n_series <= 12),
+            width="stretch",
+        )
 
 if verdicts is not None:
     counts = views.verdict_counts(verdicts)
     st.caption(
-        "Gate verdicts of each shown commit against its parent (diamonds and dashed rules): "
-        + ", ".join(f"{v} {n}" for v, n in counts.items() if n)
+        "Gate verdicts of each shown commit against its parent (diamonds): "
+        + (", ".join(f"{v} {n}" for v, n in counts.items() if n) or "none")
     )
 with st.expander("Data"):
-    shown = ["machine", "short", "date", "param_key", "value", "ci_low", "ci_high", "status"]
-    if "tflops" in rows.columns:
-        shown.append("tflops")
-    st.dataframe(rows[shown], hide_index=True)
+    shown_columns = ["machine", "short", "when", "param_key", "value", "ci_low", "ci_high",
+                     "status"]
+    shown_columns += [c for c in ("tflops", "relative", "baseline") if c in rows.columns]
+    state.table(views.readable(rows[shown_columns]))

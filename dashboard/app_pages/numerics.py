@@ -1,7 +1,7 @@
 """Numerics: non-finite and wrong-result rates per adversarial family × dtype ×
-implementation, peers included. Every safeattn rate must be 0."""
+implementation, peers included. Every safeattn rate must be 0: a rate of 0 is drawn in
+neutral grey, any rate above 0 in red."""
 
-import altair as alt
 import streamlit as st
 
 from dashboard import state, views
@@ -9,7 +9,11 @@ from dashboard import state, views
 st.title("Numerics under adversarial inputs")
 index = state.results_index()
 machine = state.machine_select(index)
-commit = state.commit_select(index, machine, "Commit", "commit")
+# By default the newest commit that measured the rates (the newest may have run other suites).
+measured, _ = state.latest_safety(machine)
+commits = index.commits(machine)
+commit = state.commit_select(index, machine, "Commit", "commit",
+                             default_index=commits.index(measured) if measured in commits else 0)
 loaded = state.loaded_results({machine: [commit]})
 family_names = views.family_names()
 if family_names is None:
@@ -35,17 +39,7 @@ for metric in views.SAFETY_METRICS:
     if rows.empty:
         continue
     st.subheader(rows["label"].iloc[0])
-    heat = alt.Chart(rows).mark_rect(stroke="white").encode(
-        x=alt.X("impl:N", title=None, sort=sorted(rows["impl"].unique(),
-                                                  key=lambda i: (i != "safeattn", i))),
-        y=alt.Y("family:N", title=None, sort=list(dict.fromkeys(rows["family"])),
-                axis=alt.Axis(labelLimit=400)),
-        color=alt.Color("value:Q", title="rate", scale=alt.Scale(domain=[0, 1],
-                                                                 scheme="reds")),
-        column=alt.Column("dtype:N", title=None),
-        tooltip=["family", "dtype", "impl", alt.Tooltip("value:Q", format=".3f"), "status"],
-    )
-    st.altair_chart(heat)
+    st.altair_chart(views.numerics_chart(rows))
 
 with st.expander("Every row"):
-    st.dataframe(table, hide_index=True)
+    state.table(views.readable(table))

@@ -1,4 +1,5 @@
-"""Overview: per GPU, the newest commit's health against its parent, at a glance."""
+"""Overview: per GPU, the gate's verdict on the newest commit against its parent, then
+safeattn's speed trend over commits, then the rows behind the verdict."""
 
 import streamlit as st
 
@@ -6,8 +7,9 @@ from dashboard import state, views
 
 st.title("safeattn — overview")
 st.caption(
-    "Per machine, the newest commit judged against the one before it with the merge "
-    "gate's own comparison and policy. Peer implementations are context, never failures."
+    "Per GPU: the newest commit judged against the previous commit measured on that GPU, "
+    "with the merge gate's own comparison and policy, then safeattn's speed over commits. "
+    "Peer implementations are context, never failures."
 )
 
 _, health = state.overview_health()  # stops with a how-to when there is nothing to show
@@ -16,39 +18,70 @@ COLUMNS = ["benchmark", "param_key", "base_value", "head_value", "unit", "ratio"
 
 for h in health:
     st.header(h.title)
-    parent = views.short(h.parent) if h.parent else "none (first commit with results)"
-    st.markdown(
-        f"Newest commit **`{views.short(h.head)}`** ({h.head_date:%Y-%m-%d %H:%M} UTC) "
-        f"against parent **`{parent}`**"
-    )
-    if h.parent is not None:
+    head = f"`{views.short(h.head)}` ({h.head_date:%Y-%m-%d %H:%M} UTC)"
+    if h.parent is None:
+        st.info(f"Newest commit {head}. Only one commit has results here: nothing to "
+                "compare yet.")
+    elif h.error:
+        st.error(f"Could not judge {head}: {h.error}")
+    else:
+        pair = f"{head} against its parent `{views.short(h.parent)}`"
+        summary = ", ".join(f"{h.counts[v]} {v}" for v in SHOWN if h.counts[v]) or "no changes"
+        if h.verdict == "fail":
+            st.error(f"**Fail** — the gate would fail {pair}: {summary}.")
+        elif h.verdict == "pass":
+            st.success(f"**Pass** — the gate would pass {pair}: {summary}.")
+        else:
+            st.warning(f"**Nothing compared** — {pair} share no benchmark that both measured "
+                       "(the gate exits 2 on such a pair).")
         st.page_link(
             "app_pages/compare.py", label="Open this pair on the compare page",
             icon=":material/compare_arrows:",
             query_params={"machine": h.machine, "base": h.parent[:12], "head": h.head[:12]},
         )
-    blocking = h.counts["failure"] + h.counts["regression"] + h.counts["missing"]
-    if h.error:
-        st.error(f"Could not judge this commit: {h.error}")
-    elif h.parent is None:
-        st.info("Only one commit has results here: nothing to compare yet.")
-    elif blocking:
-        st.error(f"{blocking} blocking verdict(s): the gate would fail this commit.")
-    else:
-        st.success("No failures, regressions or missing benchmarks against the parent.")
     cols = st.columns(len(SHOWN) + 1)
     for col, verdict in zip(cols, SHOWN, strict=False):
         col.metric(verdict, h.counts[verdict])
     cols[-1].metric("unchanged", h.counts["unchanged"])
+
+    st.subheader("safeattn speed over commits")
+    trend = state.speed_trend(h.machine)
+    if trend.empty:
+        # e.g. a CPU machine (make demo without a GPU runs the interpreter suites only)
+        st.caption(f"No GPU speed history on this machine (no safeattn `{views.SPEED_SUITE}` "
+                   "results): no trend.")
+    else:
+        measured = list(dict.fromkeys(trend.sort_values("order", ascending=False)["commit"]))
+        c1, c2 = st.columns([1, 3])
+        baseline = state.url_select(
+            "Baseline commit (index 1.0)", measured, f"baseline_{h.machine}",
+            # a plain lookup: AppTest re-applies format_func outside the script run
+            format_func={c: state.commit_label(h.machine, c) for c in measured}.__getitem__,
+            default_index=len(measured) - 1, container=c1, key=f"baseline_{h.machine}",
+        )
+        trend = state.speed_trend(h.machine, baseline)
+        c2.caption(
+            f"Geometric mean over all `{views.SPEED_SUITE}` shapes of baseline time ÷ time, "
+            "per pass (above 1: faster than the baseline). Diamonds: the gate's verdict of "
+            "that commit against its parent on that pass (red: regression, green: "
+            f"improvement). Newest commit with these results: `{trend['short'].iloc[-1]}`."
+        )
+        st.altair_chart(views.trend_chart(trend), width="stretch")
     for verdict in SHOWN:
         rows = h.rows(verdict)
         if not rows.empty:
-            with st.expander(f"{verdict}: {len(rows)}", expanded=verdict != "improvement"):
-                st.dataframe(rows[COLUMNS], hide_index=True)
-    st.subheader("Non-finite and wrong-result rates at the newest commit")
-    summary = views.nonfinite_summary(h.safety)
+            with st.expander(f"{verdict}: {len(rows)}", expanded=verdict in ("failure",
+                                                                             "regression")):
+                state.table(views.readable(rows[COLUMNS], {"ratio": "{:.3f}"}))
+    st.subheader("Non-finite and wrong-result rates")
+    safety_commit, safety = state.latest_safety(h.machine)
+    summary = views.nonfinite_summary(safety)
     if summary.empty:
-        st.caption("No safety benchmarks in this commit's results.")
+        st.caption("No non-finite or wrong-result rates in this machine's results.")
     else:
-        st.dataframe(summary, hide_index=True)
+        newest = "the newest commit" if safety_commit == h.head else (
+            "the newest commit that measured them")
+        st.caption(f"At `{views.short(safety_commit)}`, {newest}. Every safeattn rate must be "
+                   "0; peers are context.")
+        state.table(views.readable(summary))
     st.divider()

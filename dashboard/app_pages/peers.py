@@ -1,70 +1,41 @@
-"""Peers: safeattn against each peer implementation as ratios per shape, per GPU."""
+"""Peers: per GPU, safeattn against each peer implementation per shape, forward and
+backward, for the dense grid, the masked workloads and the training step (each suite at the
+GPU's newest commit that ran it)."""
 
-import altair as alt
-import numpy as np
-import pandas as pd
 import streamlit as st
 
 from dashboard import state, views
 
 st.title("safeattn against its peers")
 st.caption(
-    "Ratio = how many times worse safeattn is than the peer in the metric's own direction "
-    "(for a time: safeattn time ÷ peer time). Below 1, safeattn is ahead. Measured in the "
-    "same asv run, at each machine's newest commit."
+    "Each cell: peer time ÷ safeattn time (above 1: safeattn is faster, green; below 1: "
+    "safeattn is slower, red; within 3 % of 1: uncoloured). Measured in the same asv run, "
+    "at each GPU's newest commit that ran the suite."
 )
 index = state.results_index()
 machine_names = state.url_multiselect("Machines (GPUs)", index.machines(), "machines")
 machine_names = machine_names or index.machines()
-newest = {machine: index.newest(machine, 1)[0] for machine in machine_names}
-loaded = state.loaded_results({machine: [sha] for machine, sha in newest.items()})
-
-frames = []
-for machine, sha in newest.items():
-    frames.append(views.peer_ratios(loaded, machine, sha).assign(commit=sha[:8]))
-ratios = pd.concat(frames, ignore_index=True)
-if ratios.empty:
-    st.info("No benchmark here has both safeattn and a peer implementation (parameter `impl`).")
-    st.stop()
-
-labels = views.benchmark_labels(loaded)
-bench_names = [b for b in labels if b in set(ratios["benchmark"])]
-benchmark = state.url_select(
-    "Benchmark", bench_names, "benchmark", format_func=lambda b: f"{b} — {labels[b]}"
-)
-rows = ratios[ratios["benchmark"] == benchmark]
-peers = sorted(rows["peer"].unique())
+loaded = state.peer_results(index, machine_names)
+peers = views.peer_names(loaded)
 chosen = state.url_multiselect("Peers", peers, "peers") or peers
-rows = rows[rows["peer"].isin(chosen)]
-# Colour by log2 of the ratio, clipped: symmetric around 1 and safe for 0 or inf ratios.
-with np.errstate(divide="ignore"):
-    rows = rows.assign(log2_ratio=np.log2(rows["ratio"].astype(float)).clip(-4, 4))
 
-heat = (
-    alt.Chart(rows)
-    .mark_rect()
-    .encode(
-        x=alt.X("peer:N", title="peer"),
-        y=alt.Y("label:N", title=None, axis=alt.Axis(labelLimit=500)),
-        color=alt.Color(
-            "log2_ratio:Q", title="log2(safeattn ÷ peer)",
-            scale=alt.Scale(scheme="redyellowgreen", reverse=True, domain=[-4, 4], domainMid=0),
-        ),
-        column=alt.Column("machine:N", title=None),
-        tooltip=["machine", "commit", "label", "shape", "peer",
-                 alt.Tooltip("safeattn_value:Q", format=".4g"),
-                 alt.Tooltip("peer_value:Q", format=".4g"),
-                 alt.Tooltip("ratio:Q", format=".3f")],
-    )
-)
-st.altair_chart(heat)
-
-summary = (
-    rows.groupby(["machine", "peer"])["ratio"]
-    .agg(shapes="size", median="median", best="min", worst="max")
-    .reset_index()
-)
-st.subheader("Per machine and peer")
-st.dataframe(summary, hide_index=True)
-with st.expander("Every shape"):
-    st.dataframe(rows, hide_index=True)
+found = False
+for machine in machine_names:
+    st.header(views.machine_title(loaded, machine))
+    shown = False
+    for suite, spec in views.PEER_SUITES.items():
+        commit, table = views.peer_table(loaded, machine, suite)
+        if commit is None or table.empty:
+            continue
+        table = views.without_peers(table, chosen)
+        shown = found = True
+        st.subheader(f"{spec.title} — `{suite}` at `{views.short(commit)}`")
+        st.markdown("Geometric mean over shapes:")
+        state.table(views.styled_ratios(views.peer_geomeans(table)), width="content")
+        with st.expander(f"Per shape ({len(table)})", expanded=suite != views.MODEL_SUITE):
+            # every row visible: 35 px a row plus the header
+            state.table(views.styled_ratios(table), height=min(35 * (len(table) + 1) + 3, 1200))
+    if not shown:
+        st.info("No suite here has both safeattn and a peer implementation measured.")
+if not found:
+    st.stop()

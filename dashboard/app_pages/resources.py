@@ -23,7 +23,7 @@ over = table[table["over"]]
 if not over.empty:
     st.error(f"{len(over)} row(s) over their limit: the architecture's shared memory or "
              "registers per thread, or any register spill.")
-    st.dataframe(over, hide_index=True)
+    state.table(views.readable(over[["label", "arch", "source", "config", "value", "limit"]]))
 else:
     st.success("Every kernel fits its architecture's limits, without spills.")
 
@@ -50,11 +50,10 @@ for metric in views.RESOURCE_METRICS:
     st.altair_chart(chart)
 
 with st.expander("Architecture limits (safeattn.gpu_limits)"):
-    st.dataframe(
+    state.table(
         [{"arch": a.name, "GPUs": a.example_gpus, "shared memory opt-in (bytes)":
           a.smem_optin_bytes, "max registers / thread": a.max_regs_per_thread}
          for a in ARCHS.values()],
-        hide_index=True,
     )
 with st.expander("Every row"):
-    st.dataframe(table, hide_index=True)
+    state.table(views.readable(table, {"used": "{:.0%}"}))

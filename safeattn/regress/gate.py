@@ -45,6 +45,23 @@ _COMPARED = frozenset({"failure", "missing", "regression", "improvement", "uncha
 _MAX_TABLE_ROWS = 60  # a PR comment is limited to 65536 characters
 
 
+# The gate's verdict on a set of compare() rows (what its exit code says).
+PASS, FAIL, NOTHING_COMPARED = "pass", "fail", "nothing compared"
+
+
+def gate_verdict(rows: pd.DataFrame) -> str:
+    """The gate's verdict on :func:`~safeattn.regress.compare.compare` rows: ``"fail"``
+    (exit 1) when any row is blocking, ``"nothing compared"`` (exit 2) when no row was
+    actually compared (every row new, context or not comparable), else ``"pass"`` (exit 0).
+    The dashboard states its verdicts with this function, so they read as the gate's."""
+    verdicts = rows["verdict"]
+    if verdicts.isin(BLOCKING_VERDICTS).any():
+        return FAIL
+    if not verdicts.isin(_COMPARED).any():
+        return NOTHING_COMPARED
+    return PASS
+
+
 class GateDataError(Exception):
     """Missing, unknown or unreadable input: the gate exits 2."""
 
@@ -101,7 +118,7 @@ def run_gate(
     selected, notes = _select_machines(loaded, base_sha, head_sha, machines)
     frames = [compare(loaded, base_sha, head_sha, m, policy) for m in selected]
     rows = pd.concat(frames, ignore_index=True)
-    if not rows["verdict"].isin(_COMPARED).any():
+    if gate_verdict(rows) == NOTHING_COMPARED:
         counts = rows["verdict"].value_counts().to_dict()
         raise GateDataError(
             f"nothing comparable between {base_sha[:8]} and {head_sha[:8]} on {selected}: "

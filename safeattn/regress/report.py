@@ -24,7 +24,8 @@ from .results import LoadedResults, load_results
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
 
-def _newest_commit(loaded: LoadedResults, machine: str, suite: str) -> str | None:
+def newest_commit(loaded: LoadedResults, machine: str, suite: str) -> str | None:
+    """The machine's newest commit (loader order) with ok results of ``suite``, or None."""
     rows = loaded.table[(loaded.table["machine"] == machine) & (loaded.table["suite"] == suite)]
     rows = rows[rows["status"] == "ok"]
     if rows.empty:
@@ -44,7 +45,7 @@ def numerics_table(loaded: LoadedResults, machine: str) -> str:
     """Non-finite / wrong-result rate per adversarial family × implementation (worst over
     dtypes) at the machine's newest commit with GPU numerics; '' when there is none."""
     suite = "numerics.NumericsSuite"
-    commit = _newest_commit(loaded, machine, suite)
+    commit = newest_commit(loaded, machine, suite)
     if commit is None:
         return ""
     t = loaded.table
@@ -82,11 +83,12 @@ SPEED_PASSES = ("forward_ms", "backward_ms", "fwd_bwd_ms")
 SHAPE_KEYS = ["dtype", "head_dim", "seq_len", "causal", "gqa"]  # a speed row's shape
 
 
-def _suite_rows(
+def suite_rows(
     loaded: LoadedResults, machine: str, suite: str
 ) -> tuple[str | None, pd.DataFrame]:
-    """(the machine's newest commit with results of ``suite``, that commit's ok rows)."""
-    commit = _newest_commit(loaded, machine, suite)
+    """(the machine's newest commit with results of ``suite``, that commit's ok rows of
+    ``suite``); (None, no rows) when the machine never ran it."""
+    commit = newest_commit(loaded, machine, suite)
     t = loaded.table
     if commit is None:
         return None, t.iloc[0:0]
@@ -95,7 +97,7 @@ def _suite_rows(
 
 
 def _speed_rows(loaded: LoadedResults, machine: str) -> tuple[str | None, pd.DataFrame]:
-    return _suite_rows(loaded, machine, SPEED_SUITE)
+    return suite_rows(loaded, machine, SPEED_SUITE)
 
 
 def peer_over_own(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -172,7 +174,7 @@ def masked_table(loaded: LoadedResults, machine: str) -> str:
     dtype × head dim of peer time / safeattn time (above 1: safeattn faster), beside
     safeattn's own bf16 D=128 time, at the machine's newest commit with MaskedSpeedSuite
     results; '' when there is none."""
-    commit, rows = _suite_rows(loaded, machine, MASKED_SUITE)
+    commit, rows = suite_rows(loaded, machine, MASKED_SUITE)
     if commit is None or rows.empty:
         return ""
     peers = [p for p in PEERS if p in set(rows["impl"])]
@@ -216,7 +218,7 @@ def model_step_table(loaded: LoadedResults, machine: str) -> str:
     """ModelStepSuite's step time per seq_len × padding × implementation (peers also as a
     ratio to safeattn) and safeattn's peak extra memory, at the machine's newest commit
     with its results; '' when there is none."""
-    commit, rows = _suite_rows(loaded, machine, MODEL_SUITE)
+    commit, rows = suite_rows(loaded, machine, MODEL_SUITE)
     if commit is None or rows.empty:
         return ""
     impls = [i for i in (OWN_IMPL, "sdpa", "flex") if i in set(rows["impl"])]
