@@ -280,7 +280,7 @@ class Chromium:
         self.close()
 
 
-def small_png(png: bytes, width: int = 1000, colors: int = 128) -> bytes:
+def small_png(png: bytes, width: int = 1000, colors: int = 256) -> bytes:
     """Downscale and palette-quantise a screenshot so it stays small in the repository."""
     from PIL import Image
 
@@ -289,5 +289,9 @@ def small_png(png: bytes, width: int = 1000, colors: int = 128) -> bytes:
         image = image.resize((width, round(image.height * width / image.width)),
                              Image.LANCZOS)
     out = io.BytesIO()
-    image.quantize(colors=colors).save(out, format="PNG", optimize=True)
+    # Maximum coverage, not the default median cut (which merges the few pixels of a small
+    # mark, a chart's green diamond, into grey) nor octree (which drops the pale tints of
+    # the error and success boxes).
+    image.quantize(colors=colors, method=Image.Quantize.MAXCOVERAGE).save(
+        out, format="PNG", optimize=True)
     return out.getvalue()
