@@ -390,8 +390,12 @@ def check_attention(
 # --------------------------------------------------------------------------- varlen
 
 
-def _check_cu_seqlens(name: str, cu: Any, total: int, total_name: str, q: Tensor) -> list[int]:
-    """Check one cu_seqlens tensor; returns its values (one host read, accepted)."""
+def _check_cu_seqlens(
+    name: str, cu: Any, total: int, total_name: str, q: Tensor
+) -> list[int] | None:
+    """Check one cu_seqlens tensor; returns its values (one host read, accepted), or None
+    inside a compiled graph, where reading them would need a host sync: only the type,
+    shape and device are checked there."""
     if not isinstance(cu, Tensor):
         raise _error(
             TypeError,
@@ -420,6 +424,8 @@ def _check_cu_seqlens(name: str, cu: Any, total: int, total_name: str, q: Tensor
             {name: _describe(cu), "q": _describe(q)},
             f"move it with `{name} = {name}.to(q.device)`.",
         )
+    if torch.compiler.is_compiling():
+        return None
     values = cu.tolist()
     facts = {name: f"{_describe(cu)}, values={values[:12]}{' ...' if len(values) > 12 else ''}"}
     if values[0] != 0:
@@ -489,7 +495,8 @@ def check_varlen(
     """Validate a packed varlen call: q (total_q, Hq, D), k/v (total_k, Hkv, D),
     cu_seqlens_* int32 (B + 1,) -> AttnProblem (varlen=True, seq_q/seq_k = max lengths).
 
-    Reads cu_seqlens on the host once to check its values.
+    Reads cu_seqlens on the host once to check its values, except inside a compiled graph
+    (``torch.compile``), where that would be a host sync: there the values are trusted.
     """
     _check_qkv_types(q, k, v, allow_float64)
     for name, x in (("q", q), ("k", k), ("v", v)):
@@ -504,16 +511,16 @@ def check_varlen(
     _check_heads_and_dim(q, k, v, head_axis=1)
     cu_q = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], "q", q)
     cu_k = _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], "k", q)
-    if len(cu_q) != len(cu_k):
+    if cu_seqlens_q.shape[0] != cu_seqlens_k.shape[0]:
         raise _error(
             ValueError,
             f"`cu_seqlens_q` and `cu_seqlens_k` must have the same length (B + 1), "
-            f"got {len(cu_q)} and {len(cu_k)}.",
+            f"got {cu_seqlens_q.shape[0]} and {cu_seqlens_k.shape[0]}.",
             {"cu_seqlens_q": _describe(cu_seqlens_q), "cu_seqlens_k": _describe(cu_seqlens_k)},
             "every sequence has a query part and a key part (either may be empty).",
         )
-    lengths_q = [b - a for a, b in itertools.pairwise(cu_q)]
-    lengths_k = [b - a for a, b in itertools.pairwise(cu_k)]
+    lengths_q = [b - a for a, b in itertools.pairwise(cu_q)] if cu_q is not None else []
+    lengths_k = [b - a for a, b in itertools.pairwise(cu_k)] if cu_k is not None else []
     max_q = _check_max_seqlen("max_seqlen_q", max_seqlen_q, lengths_q, "cu_seqlens_q")
     max_k = _check_max_seqlen("max_seqlen_k", max_seqlen_k, lengths_k, "cu_seqlens_k")
 
@@ -524,7 +531,7 @@ def check_varlen(
         k=k,
         v=v,
         varlen=True,
-        batch=len(cu_q) - 1,
+        batch=cu_seqlens_q.shape[0] - 1,
         heads_q=q.shape[1],
         heads_kv=k.shape[1],
         seq_q=max_q,

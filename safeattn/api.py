@@ -32,34 +32,10 @@ from . import blockmask as _bm
 from . import reference
 from ._inputs import AttnProblem, check_attention, check_block_mask_use, check_varlen
 from .blockmask import BlockMask
-from .kernels import launch
+from .kernels import launch, ops
 
 Causal = bool | str
 Window = tuple[int, int] | None
-
-
-def _meta(p: AttnProblem, summary: _bm.BlockSummary | None) -> launch.Meta:
-    mask_kind = 0
-    if p.attn_mask is not None:
-        mask_kind = 1 if p.attn_mask.dtype == torch.bool else 2
-    return launch.Meta(
-        varlen=p.varlen,
-        batch=p.batch,
-        heads_q=p.heads_q,
-        heads_kv=p.heads_kv,
-        seq_q=p.seq_q,
-        seq_k=p.seq_k,
-        head_dim=p.head_dim,
-        bottom_right=p.bottom_right,
-        window_left=p.window_left,
-        window_right=p.window_right,
-        has_key_mask=p.key_mask is not None,
-        mask_kind=mask_kind,
-        scale=p.scale,
-        deterministic=p.deterministic,
-        sparse_q=summary.block_q if summary is not None else 0,
-        sparse_k=summary.block_k if summary is not None else 0,
-    )
 
 
 def _use_kernels(p: AttnProblem) -> bool:
@@ -67,10 +43,7 @@ def _use_kernels(p: AttnProblem) -> bool:
 
 
 def _run(p: AttnProblem, summary: _bm.BlockSummary | None = None):
-    out, lse2 = launch.SafeAttentionFunction.apply(
-        p.q, p.k, p.v, p.key_mask, p.attn_mask, p.cu_seqlens_q, p.cu_seqlens_k,
-        _meta(p, summary), summary,
-    )  # fmt: skip
+    out, lse2 = ops.run(p, summary)  # torch.ops.safeattn.attn_fwd (+ its autograd)
     if p.return_lse:
         return out, launch.lse_natural(lse2)
     return out
@@ -143,6 +116,10 @@ def attention(
     if p.key_mask is not None or p.attn_mask is not None:
         if block_mask is not None and block_mask.summary is not None:
             summary = block_mask.summary
+        elif torch.compiler.is_compiling():
+            # A compiled graph builds the summary in the graph (a few tensor ops); the
+            # identity/version cache is Python state that Dynamo cannot guard soundly.
+            summary = _bm.summary_for(p)
         else:
             summary = _bm.cached_summary(p, key_mask, attn_mask)
     return _run(p, summary)

@@ -243,11 +243,11 @@ def block_mask(
                               key_mask=key_mask, attn_mask=attn_mask)  # fmt: skip
     summary = None
     if p.key_mask is not None or p.attn_mask is not None:
-        summary = _summary_for(p)
+        summary = summary_for(p)
     return BlockMask(seq_q, seq_k, causal, window, key_mask, attn_mask, summary)
 
 
-def _summary_for(p) -> BlockSummary:
+def summary_for(p) -> BlockSummary:
     """The summary of a validated problem (AttnProblem or the block_mask() stand-in)."""
     device = (p.key_mask if p.key_mask is not None else p.attn_mask).device
     size = block_size(device)
@@ -284,7 +284,7 @@ def cached_summary(p, key_mask: Tensor | None, attn_mask: Tensor | None) -> Bloc
         if alive and old_versions == versions:
             _CACHE.move_to_end(key)
             return summary
-    summary = _summary_for(p)
+    summary = summary_for(p)
     _CACHE[key] = ((_ref(key_mask), _ref(attn_mask)), versions, summary)
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)

@@ -1,4 +1,4 @@
-"""Launchers (allocation, grids, config choice) and the autograd Function.
+"""Launchers (allocation, grids, config choice); ``ops.py`` wraps them as PyTorch operators.
 
 Everything here receives an already-validated :class:`safeattn._inputs.AttnProblem`.
 """
@@ -354,27 +354,6 @@ def _launch_pre(args, grid, meta: Meta, dtype, device):
             "bwd_preprocess", str(cfg), int(compiled.metadata.shared),
             int(getattr(compiled, "n_regs", -1)), _spill_bytes(compiled),
         )  # fmt: skip
-
-
-class SafeAttentionFunction(torch.autograd.Function):
-    """Autograd glue: forward saves (q, k, v, out, lse2); backward recomputes."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None):
-        out, lse2 = forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta, summary)
-        ctx.save_for_backward(q, k, v, out, lse2, key_mask, attn_mask, cu_q, cu_k)
-        ctx.meta = meta
-        ctx.summary = summary  # the block-mask tile lists, reused by the backward
-        ctx.mark_non_differentiable(lse2)
-        return out, lse2
-
-    @staticmethod
-    def backward(ctx, dout, _dlse2):
-        q, k, v, out, lse2, key_mask, attn_mask, cu_q, cu_k = ctx.saved_tensors
-        dq, dk, dv = backward(
-            q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, ctx.meta, ctx.summary
-        )
-        return dq, dk, dv, None, None, None, None, None, None
 
 
 def lse_natural(lse2: torch.Tensor) -> torch.Tensor:
