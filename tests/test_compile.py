@@ -122,7 +122,11 @@ def test_dynamic_shapes_one_graph_and_masks_read_each_call(device):
     assert dict(counters["graph_break"]) == {}
 
 
-def test_inductor_fuses_around_the_operator(device):
+def test_inductor_fuses_around_the_operator(device, monkeypatch):
+    # Inductor's CPU C++ build imports setuptools; if an earlier test imported the stdlib's
+    # distutils (asv, virtualenv), setuptools' distutils shim asserts. Use the stdlib's.
+    monkeypatch.setenv("SETUPTOOLS_USE_DISTUTILS", "stdlib")
+
     def fn(q, k, v):
         return torch.nn.functional.gelu(safeattn.attention(q, k, v, causal=True)) * 2.0
 
