@@ -24,7 +24,8 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-# Kernels run under Triton's interpreter on a CPU-only machine.
+# Kernels run under Triton's interpreter on a CPU-only machine; two workers (CI has two
+# cores), the asv-running tests in one of them (tests/conftest.py: SERIAL_FILES).
 test: $(STAMP)
 	$(BIN)/ruff check .
-	TRITON_INTERPRET=1 $(BIN)/pytest -q --durations=25
+	TRITON_INTERPRET=1 $(BIN)/pytest -q -n 2 --dist loadgroup --durations=25
