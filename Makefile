@@ -24,8 +24,8 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-# Kernels run under Triton's interpreter on a CPU-only machine; two workers (CI has two
-# cores), the asv-running tests in one of them (tests/conftest.py: SERIAL_FILES).
+# Kernels run under Triton's interpreter on a CPU-only machine; two pytest-xdist workers
+# (CI has two cores), each test file whole in one worker (its module fixtures built once).
 test: $(STAMP)
 	$(BIN)/ruff check .
-	TRITON_INTERPRET=1 $(BIN)/pytest -q -n 2 --dist loadgroup --durations=25
+	TRITON_INTERPRET=1 $(BIN)/pytest -q -n 2 --dist loadfile --durations=25

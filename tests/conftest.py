@@ -25,23 +25,10 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
-# Files that run asv (benchmarks/run.py, `asv machine` writes ~/.asv-machine.json), serve on
-# port 8501 or build results with asv: under pytest-xdist (`make test` runs 2 workers) they
-# share one group, so they run one after another in one worker while the kernel, browser and
-# audit tests share the other core.
-SERIAL_FILES = frozenset({
-    "test_asv_suite.py", "test_compare.py", "test_compose.py", "test_dashboard_app.py",
-    "test_demo.py", "test_demo_progress.py", "test_gate.py", "test_gate_e2e.py",
-    "test_masked_benchmarks.py", "test_masked_results.py", "test_results.py",
-})  # fmt: skip
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     gpu = config.getoption("--gpu")
     slow = config.getoption("--runslow") or os.environ.get("CI") == "true"
     for item in items:
-        if item.path.name in SERIAL_FILES:
-            item.add_marker(pytest.mark.xdist_group("asv"))
         if "gpu" in item.keywords and not gpu:
             item.add_marker(pytest.mark.skip(reason="needs --gpu (a CUDA device)"))
         if "slow" in item.keywords and not slow:
