@@ -141,6 +141,7 @@ def _audit_rows() -> tuple[list[dict], str]:
 
 
 def _cores() -> int:
+    # = safeattn.audit.cpu_count, which the older commits this suite measures do not have.
     try:
         return len(os.sched_getaffinity(0)) or 1
     except AttributeError:

@@ -17,6 +17,8 @@ kernel does.
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import torch
 from torch import Tensor
 
@@ -27,23 +29,25 @@ _NAMESPACE = "safeattn"
 
 
 def _meta(
-    q: Tensor, k: Tensor, varlen: bool, batch: int, max_seqlen_q: int, max_seqlen_k: int,
-    bottom_right: bool, window_left: int, window_right: int, has_key_mask: bool,
-    mask_kind: int, scale: float, deterministic: bool, block_q: int, block_k: int,
+    q: Tensor, k: Tensor, key_mask: Tensor | None, varlen: bool, batch: int, max_seqlen_q: int,
+    max_seqlen_k: int, bottom_right: bool, window_left: int, window_right: int, mask_kind: int,
+    scale: float, deterministic: bool, block_q: int, block_k: int,
 ) -> launch.Meta:  # fmt: skip
     if varlen:  # q (total_q, Hq, D), k (total_k, Hkv, D)
         heads_q, heads_kv, seq_q, seq_k = q.shape[1], k.shape[1], max_seqlen_q, max_seqlen_k
     else:  # q (B, Hq, Nq, D), k (B, Hkv, Nk, D)
-        batch, heads_q, heads_kv, seq_q, seq_k = q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2]  # noqa: E501
+        batch, heads_q, heads_kv = q.shape[0], q.shape[1], k.shape[1]
+        seq_q, seq_k = q.shape[2], k.shape[2]
     return launch.Meta(
         varlen=varlen, batch=batch, heads_q=heads_q, heads_kv=heads_kv, seq_q=seq_q,
         seq_k=seq_k, head_dim=q.shape[-1], bottom_right=bottom_right, window_left=window_left,
-        window_right=window_right, has_key_mask=has_key_mask, mask_kind=mask_kind, scale=scale,
-        deterministic=deterministic, sparse_q=block_q, sparse_k=block_k,
+        window_right=window_right, has_key_mask=key_mask is not None, mask_kind=mask_kind,
+        scale=scale, deterministic=deterministic, sparse_q=block_q, sparse_k=block_k,
     )  # fmt: skip
 
 
 def _summary(tiles: list[Tensor], block_q: int, block_k: int) -> BlockSummary | None:
+    """The inverse of :func:`run`'s ``tiles``: BlockSummary's tensor fields, in order."""
     return BlockSummary(block_q, block_k, *tiles) if tiles else None
 
 
@@ -77,9 +81,8 @@ def attn_fwd(
     """Forward kernel: ``(out, lse2)``, out like q (same layout), lse2 float32 log2-domain
     (B, Hq, Nq), or (Hq, total_q) varlen. Arguments as validated by ``safeattn._inputs``
     (``batch`` is read only for varlen; ``block_q``/``block_k`` are 0 without tiles)."""
-    meta = _meta(q, k, varlen, batch, max_seqlen_q, max_seqlen_k, bottom_right, window_left,
-                 window_right, key_mask is not None, mask_kind, scale, deterministic,
-                 block_q, block_k)  # fmt: skip
+    meta = _meta(q, k, key_mask, varlen, batch, max_seqlen_q, max_seqlen_k, bottom_right,
+                 window_left, window_right, mask_kind, scale, deterministic, block_q, block_k)
     return launch.forward(
         q, k, v, key_mask, attn_mask, cu_seqlens_q, cu_seqlens_k, meta,
         _summary(tiles, block_q, block_k),
@@ -119,9 +122,8 @@ def attn_bwd(
     block_k: int,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Backward kernels: ``(dq, dk, dv)`` shaped (and laid out) like q, k, v."""
-    meta = _meta(q, k, varlen, batch, max_seqlen_q, max_seqlen_k, bottom_right, window_left,
-                 window_right, key_mask is not None, mask_kind, scale, deterministic,
-                 block_q, block_k)  # fmt: skip
+    meta = _meta(q, k, key_mask, varlen, batch, max_seqlen_q, max_seqlen_k, bottom_right,
+                 window_left, window_right, mask_kind, scale, deterministic, block_q, block_k)
     return launch.backward(
         q, k, v, out, dout, lse2, key_mask, attn_mask, cu_seqlens_q, cu_seqlens_k, meta,
         _summary(tiles, block_q, block_k),
@@ -190,24 +192,13 @@ def run(p, summary: BlockSummary | None) -> tuple[Tensor, Tensor]:
     if p.attn_mask is not None:
         mask_kind = 1 if p.attn_mask.dtype == torch.bool else 2
     block_q, block_k = (summary.block_q, summary.block_k) if summary is not None else (0, 0)
+    scalars = (p.varlen, p.batch, p.seq_q, p.seq_k, p.bottom_right, p.window_left,
+               p.window_right, mask_kind, p.scale, p.deterministic, block_q, block_k)  # fmt: skip
     if not torch.compiler.is_compiling():
-        meta = launch.Meta(
-            varlen=p.varlen, batch=p.batch, heads_q=p.heads_q, heads_kv=p.heads_kv,
-            seq_q=p.seq_q, seq_k=p.seq_k, head_dim=p.head_dim, bottom_right=p.bottom_right,
-            window_left=p.window_left, window_right=p.window_right,
-            has_key_mask=p.key_mask is not None, mask_kind=mask_kind, scale=p.scale,
-            deterministic=p.deterministic, sparse_q=block_q, sparse_k=block_k,
-        )  # fmt: skip
+        meta = _meta(p.q, p.k, p.key_mask, *scalars)
         return _Eager.apply(p.q, p.k, p.v, p.key_mask, p.attn_mask, p.cu_seqlens_q,
                             p.cu_seqlens_k, meta, summary)  # fmt: skip
-    tiles = []
-    if summary is not None:
-        tiles = [summary.kv_full_num, summary.kv_full_idx, summary.kv_part_num,
-                 summary.kv_part_idx, summary.q_full_num, summary.q_full_idx,
-                 summary.q_part_num, summary.q_part_idx]  # fmt: skip
-    out, lse2 = attn_fwd(
-        p.q, p.k, p.v, p.key_mask, p.attn_mask, p.cu_seqlens_q, p.cu_seqlens_k, tiles,
-        p.varlen, p.batch, p.seq_q, p.seq_k, p.bottom_right, p.window_left, p.window_right,
-        mask_kind, p.scale, p.deterministic, block_q, block_k,
-    )  # fmt: skip
+    tiles = [] if summary is None else [getattr(summary, f.name) for f in fields(summary)[2:]]
+    out, lse2 = attn_fwd(p.q, p.k, p.v, p.key_mask, p.attn_mask, p.cu_seqlens_q,
+                         p.cu_seqlens_k, tiles, *scalars)  # fmt: skip
     return out, lse2.detach()
