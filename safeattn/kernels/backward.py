@@ -763,15 +763,19 @@ def _bwd_dq(
         SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, DOT_PRECISION, UPCAST_DOT,
     )  # fmt: skip
     # NOTE: excluded keys (module docstring): redo with the guard only if something leaked.
-    if tl.max(((dq != dq) | (tl.abs(dq) == float("inf"))).to(tl.int32)) > 0:
-        dq = _dq_rows(
-            q, do, lse2, delta, k_base, v_base, km_base, am_base, FullNum, FullIdx, PartNum,
-        PartIdx, m_start, b64, h64, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left,
-        window_right, qk_scale, head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn,
-        stride_amm, stride_amn, stride_snb, stride_snh, stride_sib, stride_sih, stride_sir, True,
-            HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, SPARSE, SPARSE_Q,
-        SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, DOT_PRECISION, UPCAST_DOT,
-        )  # fmt: skip
+    # Not compiled in where no in-range key can be excluded (forward.py's _attn_fwd); two
+    # ifs because a constexpr test and a tensor test do not combine with `and` in Triton.
+    if HAS_WINDOW_LEFT or HAS_WINDOW_RIGHT or HAS_KEY_MASK or MASK_KIND != 0:  # noqa: SIM102
+        if tl.max(((dq != dq) | (tl.abs(dq) == float("inf"))).to(tl.int32)) > 0:
+            dq = _dq_rows(
+                q, do, lse2, delta, k_base, v_base, km_base, am_base, FullNum, FullIdx,
+                PartNum, PartIdx, m_start, b64, h64, offs_m, offs_n0, offs_d, n_q, n_k, diag,
+                window_left, window_right, qk_scale, head_dim, stride_kn, stride_kd, stride_vn,
+                stride_vd, stride_kmn, stride_amm, stride_amn, stride_snb, stride_snh,
+                stride_sib, stride_sih, stride_sir, True, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
+                HAS_KEY_MASK, MASK_KIND, SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D,
+                EVEN_D, DOT_PRECISION, UPCAST_DOT,
+            )  # fmt: skip
     dq = dq * sm_scale
     dq_base = dQ + b64 * stride_dqb + h64 * stride_dqh + q_start.to(tl.int64) * stride_dqm
     tl.store(

@@ -471,16 +471,20 @@ def _attn_fwd(
     # NOTE: excluded values — a non-finite accumulator means NaN/Inf in V reached the
     # product, whether from an allowed key (the guard marks the row) or an excluded one (the
     # guard keeps it out): redo these rows with the guard.
-    acc_bad = tl.max(((acc != acc) | (tl.abs(acc) == float("inf"))).to(tl.int32))
-    if acc_bad > 0:
-        acc, m_i, l_i, row_bad = _fwd_rows(
-            q, k_base, v_base, km_base, am_base, FullNum, FullIdx, PartNum, PartIdx, m_start, b64,
-        h, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
-        stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn,
-        stride_snb, stride_snh, stride_sib, stride_sih, stride_sir, True,
-            HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, SPARSE, SPARSE_Q,
-        SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, DOT_PRECISION, UPCAST_DOT,
-        )  # fmt: skip
+    # Only causal, a window or a mask can exclude an in-range key: without them nothing can
+    # leak, and the guarded pass is not compiled in (a smaller kernel for dense calls).
+    if HAS_WINDOW_LEFT or HAS_WINDOW_RIGHT or HAS_KEY_MASK or MASK_KIND != 0:
+        acc_bad = tl.max(((acc != acc) | (tl.abs(acc) == float("inf"))).to(tl.int32))
+        if acc_bad > 0:
+            acc, m_i, l_i, row_bad = _fwd_rows(
+                q, k_base, v_base, km_base, am_base, FullNum, FullIdx, PartNum, PartIdx,
+                m_start, b64, h, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left,
+                window_right, qk_scale, head_dim, stride_kn, stride_kd, stride_vn, stride_vd,
+                stride_kmn, stride_amm, stride_amn, stride_snb, stride_snh, stride_sib,
+                stride_sih, stride_sir, True, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK,
+                MASK_KIND, SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D,
+                DOT_PRECISION, UPCAST_DOT,
+            )  # fmt: skip
 
     # NOTE: empty rows — l_i == 0 exactly when no key was allowed.
     empty = l_i == 0.0
