@@ -68,6 +68,18 @@ class AttnProblem:
     deterministic: bool
 
 
+# --------------------------------------------------------------------------- CUDA graphs
+
+
+def capturing(device: torch.device) -> bool:
+    """Whether work for ``device`` is being recorded into a CUDA graph right now (the current
+    stream is capturing, e.g. inside ``torch.cuda.graph``). Kernels recorded then run only at
+    replay, so nothing may read tensor values on the host (a sync is illegal in a capture,
+    and the values would be those of capture time anyway). Asked only where a host read or
+    a Python-side cache would otherwise happen; False for a non-CUDA device."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
 # --------------------------------------------------------------------------- messages
 
 
@@ -394,8 +406,9 @@ def _check_cu_seqlens(
     name: str, cu: Any, total: int, total_name: str, q: Tensor
 ) -> list[int] | None:
     """Check one cu_seqlens tensor; returns its values (one host read, accepted), or None
-    inside a compiled graph, where reading them would need a host sync: only the type,
-    shape and device are checked there."""
+    inside a compiled graph or a CUDA graph capture, where reading them would need a host
+    sync (and, in a capture, would see capture-time values, not those of a replay): only
+    the type, shape and device are checked there."""
     if not isinstance(cu, Tensor):
         raise _error(
             TypeError,
@@ -424,7 +437,7 @@ def _check_cu_seqlens(
             {name: _describe(cu), "q": _describe(q)},
             f"move it with `{name} = {name}.to(q.device)`.",
         )
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or capturing(cu.device):
         return None
     values = cu.tolist()
     facts = {name: f"{_describe(cu)}, values={values[:12]}{' ...' if len(values) > 12 else ''}"}
@@ -496,7 +509,8 @@ def check_varlen(
     cu_seqlens_* int32 (B + 1,) -> AttnProblem (varlen=True, seq_q/seq_k = max lengths).
 
     Reads cu_seqlens on the host once to check its values, except inside a compiled graph
-    (``torch.compile``), where that would be a host sync: there the values are trusted.
+    (``torch.compile``) or a CUDA graph capture, where that would be a host sync: there the
+    values (and max_seqlen_q/k as bounds of the lengths) are trusted.
     """
     _check_qkv_types(q, k, v, allow_float64)
     for name, x in (("q", q), ("k", k), ("v", v)):

@@ -18,6 +18,16 @@ Empty rows: a query row that may attend to no key at all (after causal, window, 
 attn_mask are combined) outputs exactly 0, has LSE = -inf, and contributes exactly 0 to every
 gradient — where a plain softmax gives NaN.
 
+CUDA graphs: every entry point can be captured, forward and backward, by
+``torch.cuda.graph``. Warm up first (PyTorch's recipe: a few eager calls of the same
+shapes, dtypes, masks and layouts, on a side stream): that compiles and tunes the kernels,
+which cannot happen inside a capture (safeattn raises a RuntimeError with a HINT if asked
+to). A ``key_mask``/``attn_mask`` passed to a captured call is summarised inside the graph,
+so a replay sees the values copied into the mask tensor before it. A :func:`block_mask`
+built before the capture is a snapshot: replays use its tiles as they were (build it
+inside the captured region to have it rebuilt on every replay). Inside a capture the
+values of ``cu_seqlens`` are not checked, and ``max_seqlen_q/k`` stay those of capture.
+
 Where it runs: CUDA tensors use the compiled Triton kernels. CPU tensors use the same Triton
 kernels under Triton's interpreter when ``TRITON_INTERPRET=1`` was set before import (slow;
 for tests), and otherwise :mod:`safeattn.reference` — the pure-PyTorch implementation of the
@@ -30,7 +40,7 @@ import torch
 
 from . import blockmask as _bm
 from . import reference
-from ._inputs import AttnProblem, check_attention, check_block_mask_use, check_varlen
+from ._inputs import AttnProblem, capturing, check_attention, check_block_mask_use, check_varlen
 from .blockmask import BlockMask
 from .kernels import launch, ops
 
@@ -120,6 +130,12 @@ def attention(
             # A compiled graph builds the summary in the graph (a few tensor ops); the
             # identity/version cache is Python state that Dynamo cannot guard soundly.
             summary = _bm.summary_for(p)
+        elif capturing(p.q.device):
+            # CUDA graph capture: record the build, so that every replay summarises the
+            # mask values of that replay. The cache is bypassed both ways: a cached summary
+            # would be baked into the graph (stale once a replay gets a new mask), and one
+            # recorded here holds its values only after a replay (no eager call may see it).
+            summary = _bm.summary_in_capture(p)
         else:
             summary = _bm.cached_summary(p, key_mask, attn_mask)
     return _run(p, summary)

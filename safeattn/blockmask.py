@@ -34,6 +34,12 @@ Reuse. A model calls attention once per layer with the same mask:
   *same* tensor objects (checked by identity, not address) come back with an unchanged
   version counter (an in-place write bumps it). A write through ``.data`` does not bump it:
   build a new mask instead.
+
+CUDA graphs. Building a summary needs no host sync (only :meth:`BlockSummary.counts` reads
+values back), so it can be recorded inside ``torch.cuda.graph``: a call with a ``key_mask``/``attn_mask`` inside a capture
+records its build (bypassing the cache), and every replay summarises the values the mask
+tensors hold then. A :class:`BlockMask` built before the capture is used as it was built;
+one built inside the captured region (once, for every layer) is rebuilt on every replay.
 """
 
 from __future__ import annotations
@@ -83,6 +89,14 @@ class BlockSummary:
 
     def counts(self) -> dict[str, int]:
         """Tiles per kind, summed over (Bm, Hm) — for tests and reports (synchronises)."""
+        from ._inputs import capturing
+
+        if capturing(self.kv_full_num.device):
+            raise RuntimeError(
+                "safeattn: BlockSummary.counts() reads the tile counts on the host, which "
+                "cannot happen during CUDA graph capture (and they hold no values before a "
+                "replay).\nHINT: call it outside the captured region, e.g. after a replay."
+            )
         full = int(self.kv_full_num.sum())
         part = int(self.kv_part_num.sum())
         bm, hm, nqb, nkb = self.kv_full_idx.shape
@@ -191,7 +205,9 @@ class BlockMask:
     Holds the element-level description (causal alignment, window, key_mask, attn_mask) and,
     when there is a key_mask or attn_mask, its :class:`BlockSummary`. Build it with
     :func:`block_mask`; it is valid for any q/k/v whose lengths are ``(seq_q, seq_k)`` and
-    whose batch and heads the masks broadcast to.
+    whose batch and heads the masks broadcast to. The summary is a snapshot of the masks'
+    values when it was built: after writing into them, build a new BlockMask. Captured into
+    a CUDA graph, it must stay alive (as every static input) while the graph is replayed.
     """
 
     seq_q: int
@@ -203,11 +219,15 @@ class BlockMask:
     summary: BlockSummary | None
 
     def __repr__(self) -> str:
+        from ._inputs import capturing
+
         masks = [n for n in ("key_mask", "attn_mask") if getattr(self, n) is not None]
         tiles = ""
-        if self.summary is not None:
-            tiles = f", tiles={self.summary.counts()} of {self.summary.block_q}x" \
-                    f"{self.summary.block_k}"
+        if self.summary is not None and capturing(self.summary.kv_full_num.device):
+            tiles = ", tiles not counted (CUDA graph capture)"  # counts() would sync
+        elif self.summary is not None:
+            size = f"{self.summary.block_q}x{self.summary.block_k}"
+            tiles = f", tiles={self.summary.counts()} of {size}"
         return (f"BlockMask(seq_q={self.seq_q}, seq_k={self.seq_k}, causal={self.causal!r}, "
                 f"window={self.window!r}, masks={masks}{tiles})")  # fmt: skip
 
@@ -237,13 +257,14 @@ def block_mask(
     Raises:
         TypeError / ValueError naming the argument, as :func:`safeattn.attention` does.
     """
-    from ._inputs import check_block_mask_args
+    from ._inputs import capturing, check_block_mask_args
 
     p = check_block_mask_args(seq_q, seq_k, causal=causal, window=window,
                               key_mask=key_mask, attn_mask=attn_mask)  # fmt: skip
     summary = None
     if p.key_mask is not None or p.attn_mask is not None:
-        summary = summary_for(p)
+        in_capture = not torch.compiler.is_compiling() and capturing(p.q.device)
+        summary = summary_in_capture(p) if in_capture else summary_for(p)
     return BlockMask(seq_q, seq_k, causal, window, key_mask, attn_mask, summary)
 
 
@@ -256,6 +277,24 @@ def summary_for(p) -> BlockSummary:
         window_right=p.window_right, key_mask=p.key_mask, attn_mask=p.attn_mask,
         block_q=size, block_k=size, device=device,
     )  # fmt: skip
+
+
+def summary_in_capture(p) -> BlockSummary:
+    """:func:`summary_for`, recorded into the CUDA graph being captured (the caller checked
+    that one is). Every op of :func:`summarise` is sync-free, so this is not expected to
+    fail; if a torch version makes one uncapturable, the user gets the way around it
+    instead of a bare CUDA error. (Kept apart from summary_for, which Dynamo traces.)"""
+    try:
+        return summary_for(p)
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        raise RuntimeError(
+            "safeattn: building the block-mask summary of key_mask/attn_mask inside CUDA "
+            f"graph capture failed ({first}).\nHINT: build the mask before capturing, "
+            "`bm = safeattn.block_mask(Nq, Nk, causal=..., key_mask=...)`, and pass "
+            "`block_mask=bm` in the captured calls (its tiles are then fixed for the graph: "
+            "build a new one and capture again for another mask)."
+        ) from exc
 
 
 # Implicit reuse: key -> (weak refs to the source tensors, their versions, summary).

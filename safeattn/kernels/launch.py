@@ -1,6 +1,15 @@
 """Launchers (allocation, grids, config choice); ``ops.py`` wraps them as PyTorch operators.
 
 Everything here receives an already-validated :class:`safeattn._inputs.AttnProblem`.
+
+CUDA graphs: a launch is capturable once its kernel is compiled and its config chosen.
+Neither can happen during a capture: choosing times candidates (``do_bench`` synchronises)
+and compiling loads a module (not permitted while a stream captures). So a tune key missing
+during a capture raises a RuntimeError asking for an eager warm-up call, rather than falling
+back to the first fitting candidate: that fallback would still compile inside the capture,
+and would launch a config the eager calls of the same shape do not, so the graph's results
+would differ from theirs (and from the next process's). A launch that fails during a
+capture (Triton compiling a new specialisation, e.g. for new strides) gets the same hint.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from .._inputs import capturing
 from . import configs
 from .backward import _bwd_dkdv, _bwd_dq, _bwd_preprocess
 from .configs import KernelConfig
@@ -144,10 +154,17 @@ def _launch(name, fn, grid, args, meta, dtype, device, seq_q, seq_k):
     key = (*key, device.index, meta.deterministic)
     cfg = _CHOSEN.get(key)
     if cfg is None:
+        if capturing(device):  # asked on a miss only: the eager hot path pays nothing
+            raise _untuned_in_capture(name, dtype, meta)
         cfg, timings = _choose(name, fn, grid, args, meta, dtype, device)
         _CHOSEN[key] = cfg
         _TIMINGS[key] = timings
-    compiled = fn[grid(cfg)](*args, **_constexprs(meta, dtype, cfg))
+    try:
+        compiled = fn[grid(cfg)](*args, **_constexprs(meta, dtype, cfg))
+    except Exception as exc:
+        if _failed_in_capture(device, exc):
+            raise _launch_error_in_capture(name, exc) from exc
+        raise
     _LAUNCHED[name] = KernelResources(
         name=name,
         config=str(cfg),
@@ -156,6 +173,52 @@ def _launch(name, fn, grid, args, meta, dtype, device, seq_q, seq_k):
         spills=_spill_bytes(compiled),
     )
     return cfg
+
+
+def _describe_problem(dtype, meta: Meta) -> str:
+    return (
+        f"dtype={dtype}, head_dim={meta.head_dim}, Nq={meta.seq_q}, Nk={meta.seq_k}, "
+        f"varlen={meta.varlen}, window=({meta.window_left}, {meta.window_right}), "
+        f"key_mask={meta.has_key_mask}, mask_kind={meta.mask_kind}, "
+        f"deterministic={meta.deterministic}"
+    )
+
+
+_WARM_UP_HINT = (
+    "HINT: run the captured code once eagerly before capturing (PyTorch's CUDA-graph recipe "
+    "warms up on a side stream), with the same shapes, dtypes, masks, memory layouts and "
+    "deterministic flag: that compiles and tunes every kernel, and the capture reuses them."
+)
+
+
+def _untuned_in_capture(name: str, dtype, meta: Meta) -> RuntimeError:
+    """The error for a config choice needed during CUDA graph capture (module docstring)."""
+    return RuntimeError(
+        f"safeattn: the {name} kernel has no config chosen yet for this problem, and the call "
+        "is being captured into a CUDA graph, where candidates can be neither compiled nor "
+        f"timed.\n  problem: {_describe_problem(dtype, meta)}\n{_WARM_UP_HINT}"
+    )
+
+
+def _failed_in_capture(device: torch.device, exc: Exception) -> bool:
+    """Did a launch fail because a CUDA graph was being captured? Asked after a failure only.
+    The message test covers a capture the failure has already invalidated."""
+    if "capturing" in str(exc):  # CUDA: "operation not permitted when stream is capturing"
+        return True
+    try:
+        return capturing(device)
+    except Exception:  # a CUDA error state must not hide the original failure
+        return False
+
+
+def _launch_error_in_capture(name: str, exc: Exception) -> RuntimeError:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+    return RuntimeError(
+        f"safeattn: launching the {name} kernel failed during CUDA graph capture "
+        f"({type(exc).__name__}: {first}). Most likely Triton had to compile or load it "
+        "for the first time there (a new shape, dtype, mask kind or memory layout), which "
+        f"a capture does not permit.\n{_WARM_UP_HINT}"
+    )
 
 
 def _choose(name, fn, grid, args, meta, dtype, device):
@@ -341,14 +404,19 @@ def _launch_pre(args, grid, meta: Meta, dtype, device):
         cfg = configs.interpreter_config("bwd_preprocess")
     else:
         cfg = configs.candidates("bwd_preprocess", configs.block_d(meta.head_dim), dtype)[0]
-    compiled = _bwd_preprocess[grid(cfg)](
-        *args,
-        IS_VARLEN=meta.varlen,
-        BLOCK_M=cfg.block_m,
-        BLOCK_D=configs.block_d(meta.head_dim),
-        num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
-    )
+    try:
+        compiled = _bwd_preprocess[grid(cfg)](
+            *args,
+            IS_VARLEN=meta.varlen,
+            BLOCK_M=cfg.block_m,
+            BLOCK_D=configs.block_d(meta.head_dim),
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
+        )
+    except Exception as exc:
+        if _failed_in_capture(device, exc):
+            raise _launch_error_in_capture("bwd_preprocess", exc) from exc
+        raise
     if not INTERPRET and device.type == "cuda":
         _LAUNCHED["bwd_preprocess"] = KernelResources(
             "bwd_preprocess", str(cfg), int(compiled.metadata.shared),
