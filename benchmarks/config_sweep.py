@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import sys
 
 
@@ -34,13 +35,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json")
     args = ap.parse_args(argv)
 
+    # Time every config afresh: no tuning table, no persisted choice (and none persisted).
+    os.environ.update(
+        {"SAFEATTN_TUNING_TABLE": "0", "SAFEATTN_TUNING_CACHE": "0", "SAFEATTN_AUTOTUNE": "1"}
+    )
     import torch
 
     import safeattn
     from safeattn.kernels import configs, launch
 
     shipped = configs.candidates
-    configs.candidates = lambda k, bd, dt: broad(k) or shipped(k, bd, dt)
+    configs.candidates = lambda k, bd, dt, *a, **kw: broad(k) or shipped(k, bd, dt, *a, **kw)
     b, h = 16384 // args.n, 2048 // args.d
     q, k, v = (
         torch.randn(b, h, args.n, args.d, device="cuda", dtype=torch.bfloat16).requires_grad_()

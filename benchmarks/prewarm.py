@@ -14,8 +14,11 @@ suites' own single processes then find their kernels compiled. The SDPA peers co
 nothing and are left out.
 
 What it does not do: time anything or record anything. Its tuning runs on a shared GPU, so
-its choices are noise; they stay in its processes (safeattn's tuner keeps choices in
-memory only) and every suite tunes again, alone on the GPU, outside its timed region.
+its choices are noise; they stay in its processes (its workers run with
+``SAFEATTN_TUNING_CACHE=0``: safeattn persists no run-time choice, see
+``safeattn/kernels/tuning.py``) and every suite tunes again what the committed tuning table
+lacks, alone on the GPU, outside its timed region. Keys the table has compile only the
+table's config here, as in the suites.
 
 It imports safeattn from the current directory's package: the caches it fills serve every
 commit whose kernels are the same source (a commit with other kernels compiles its own in
@@ -36,7 +39,8 @@ import time
 # Parallel processes rather than Inductor's compile workers: each process compiles its
 # kernels itself (a pool per process would oversubscribe the cores). compile_threads is not
 # part of Inductor's cache key (torch/_inductor/config.py, _cache_config_ignore_prefix).
-_WORKER_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+# Tuning choices made on a shared GPU must not be persisted for the suites to read.
+_WORKER_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1", "SAFEATTN_TUNING_CACHE": "0"}
 
 COMPILING_IMPLS = ("safeattn", "flex")
 

@@ -41,6 +41,7 @@ from ._common import (
     progress,
     quick,
     reason_of,
+    record_launch,
     require_cuda,
     tracks_metric,
     tuner_timings,
@@ -183,6 +184,11 @@ class LiveResourcesSuite:
                         {f: int(getattr(res, f)) for f in FIELDS}
                         if res is not None
                         else Missing(f"kernel {kernel!r} was not launched by this commit")
+                    )
+                    record_launch(
+                        "resources.LiveResourcesSuite",
+                        LiveResourcesSuite.param_names,
+                        (kernel, dtype, head_dim),
                     )
             except Exception as exc:
                 for kernel in KERNELS:

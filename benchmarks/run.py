@@ -54,7 +54,8 @@ What it does, in order (each step prints a ``[run]`` line; asv prints its own pr
      working tree is measured and recorded as HEAD (a dirty tree is warned about).
 3. Writes ``results/<machine>/versions-<commit sha>.json`` for every commit this run
    measured: GPU, driver, CUDA, cuDNN, torch, triton, Python and asv versions (asv's
-   ``machine.json`` has fixed fields; :func:`versions` documents this file's).
+   ``machine.json`` has fixed fields; :func:`versions` documents this file's), and the
+   kernel configs each safeattn combination of the GPU suites launched (:func:`launches_of`).
 4. Keeps ``results/benchmarks.json`` (which asv rewrites from what this machine discovers)
    a union: GPU suites measured elsewhere stay described after a CPU-only run.
 
@@ -324,8 +325,12 @@ def merge_benchmarks_json(path: Path, before: dict | None) -> None:
         log(f"benchmarks.json: kept {len(missing)} benchmark(s) not discovered on this machine")
 
 
-def write_sidecars(results: Path, machine: str, started: float, info: dict) -> list[str]:
-    """versions-<sha>.json beside every result file that this run wrote."""
+def write_sidecars(
+    results: Path, machine: str, started: float, info: dict, launches: Path | None = None
+) -> list[str]:
+    """versions-<sha>.json beside every result file that this run wrote. ``launches``: the
+    folder of the ``launches-<sha>.jsonl`` files the GPU suites appended to
+    (``$SAFEATTN_BENCH_LAUNCHES``), merged into ``safeattn_launches`` (see :func:`launches_of`)."""
     written = []
     for path in sorted((results / machine).glob("*.json")):
         if path.name == "machine.json" or path.name.startswith("versions-"):
@@ -335,12 +340,41 @@ def write_sidecars(results: Path, machine: str, started: float, info: dict) -> l
         commit = json.loads(path.read_text()).get("commit_hash")
         if not commit:
             continue
+        out = results / machine / f"versions-{commit}.json"
         sidecar = dict(info, machine=machine, commit=commit, result_file=path.name)
         sidecar["recorded_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
-        out = results / machine / f"versions-{commit}.json"
+        records = launches_of(out, launches / f"launches-{commit}.jsonl" if launches else None)
+        if records:
+            sidecar["safeattn_launches"] = records
         out.write_text(json.dumps(sidecar, indent=2, sort_keys=True) + "\n")
         written.append(commit)
     return written
+
+
+def launches_of(sidecar: Path, new: Path | None) -> list[dict]:
+    """A commit's ``safeattn_launches``: one ``{"suite", "params", "configs", "sources"}``
+    per safeattn combination of the GPU suites (benchmarks/_common.record_launch), those of
+    the sidecar already written (an earlier suite, an earlier run resumed with
+    --skip-existing) updated by the lines in ``new``. The gate reads them to say which
+    config a flagged row ran with on each commit."""
+    merged: dict[str, dict] = {}
+    try:
+        old = json.loads(sidecar.read_text()).get("safeattn_launches") or []
+    except (OSError, ValueError, AttributeError):
+        old = []
+    lines = new.read_text().splitlines() if new is not None and new.exists() else []
+    for record in [*old, *map(_json_or_none, lines)]:
+        if isinstance(record, dict) and {"suite", "params", "configs"} <= set(record):
+            merged[json.dumps([record["suite"], record["params"]], sort_keys=True)] = record
+    return [merged[k] for k in sorted(merged)]
+
+
+def _json_or_none(line: str):
+    """A JSON line, or None for a torn one (a benchmark process killed mid-write)."""
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
 
 
 # Every suite with the name prefix its benchmarks share. Selections are anchored (asv -b is
@@ -376,6 +410,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "cpu": ("StaticAuditSuite", "InterpreterSpeedSuite", "InterpreterNumericsSuite"),
 }
 PROGRESS_ENV = "SAFEATTN_BENCH_PROGRESS"  # read by benchmarks/_common.py
+LAUNCHES_ENV = "SAFEATTN_BENCH_LAUNCHES"  # read by benchmarks/_common.py
 
 
 def suite_regex(suite: str) -> str:
@@ -591,6 +626,7 @@ def _run(args: argparse.Namespace, started: float, status: Status) -> int:
                     index = [n for n, _ in selections].index(name) + 1
                     status.update(suite=name, suite_index=index, suite_started=suite_start,
                                   step="starting asv", step_fraction=None)  # fmt: skip
+                    env[LAUNCHES_ENV] = str(Path(tmp) / f"launches-{sha}.jsonl")
                     code = asv(
                         [*cmd, *common, *(f"--bench={r}" for r in regexes)], env, config, status
                     )
@@ -600,7 +636,7 @@ def _run(args: argparse.Namespace, started: float, status: Status) -> int:
                     timings.append((sha, name, outcome))
                     log(f"{name} on {sha[:8]}: {outcome}")
                     status.update(done=status.data["done"] + 1)
-                    write_sidecars(results, machine, started, info)
+                    write_sidecars(results, machine, started, info, Path(tmp))
                     if args.mirror:
                         shutil.copytree(results, args.mirror / results.name, dirs_exist_ok=True)
             except _BudgetUsed:

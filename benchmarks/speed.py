@@ -125,6 +125,7 @@ from ._common import (
     metrics,
     progress,
     quick,
+    record_launch,
     require_cuda,
     sample_result,
     tracks_metric,
@@ -151,6 +152,15 @@ MASKS: list[str] = list(workloads.MASK_KINDS)
 MODEL_IMPLS: list[str] = [metrics.OWN_IMPL, "sdpa", "flex"]
 MODEL_SEQ_LENS = [2048, 4096]
 PADDINGS: list[str] = list(workloads.PADDING_LABELS)
+
+# Parameter names of the GPU suites, also those of their launch records (record_launch).
+SPEED_PARAM_NAMES = (metrics.IMPL_PARAM, "dtype", "head_dim", "seq_len", "causal", "gqa")
+MASKED_PARAM_NAMES = (metrics.IMPL_PARAM, "dtype", "head_dim", "mask")
+MODEL_PARAM_NAMES = (metrics.IMPL_PARAM, "seq_len", "padding")
+_SUITE_OF_TAG = {
+    "speed": ("speed.SpeedSuite", SPEED_PARAM_NAMES),
+    "masked-speed": ("speed.MaskedSpeedSuite", MASKED_PARAM_NAMES),
+}
 
 # Tiny interpreter problem: (B, H, N, D), float32.
 CPU_SHAPE = (1, 2, 64, 32)
@@ -206,6 +216,7 @@ def _time_passes(tag: str, combo: tuple, fn, inputs: tuple, guard_compiles: bool
         torch.cuda.synchronize()
         if own:  # which configs the timed calls below run (a tuner flip shows here)
             progress(f"[{tag}] {combo} launched {launch_note(before)}")
+            record_launch(*_SUITE_OF_TAG[tag], combo)
         graphs = dynamo_graphs() if guard_compiles else 0
 
         def bench(call):
@@ -247,6 +258,7 @@ def _model_step(impl: str, seq_len: int, padding: str) -> dict:
     torch.cuda.synchronize()
     if own:
         progress(f"[model-step] {(impl, seq_len, padding)} launched {launch_note(before)}")
+        record_launch("speed.ModelStepSuite", MODEL_PARAM_NAMES, (impl, seq_len, padding))
     graphs = dynamo_graphs()
     times = cuda_event_samples(step, 10 if quick() else 30, grad_to_none=weights)
     check_no_compile(graphs, f"{impl} training step")
@@ -271,7 +283,7 @@ class SpeedSuite:
     """GPU time of safeattn and its peers; see the module docstring."""
 
     params = (GPU_IMPLS, GPU_DTYPES, GPU_HEAD_DIMS, GPU_SEQ_LENS, CAUSAL, GQA)
-    param_names = (metrics.IMPL_PARAM, "dtype", "head_dim", "seq_len", "causal", "gqa")
+    param_names = SPEED_PARAM_NAMES
     timeout = GRID_TIMEOUT_S
     version = "speed-1"  # bump when what it measures changes (see _common)
 
@@ -308,7 +320,7 @@ class MaskedSpeedSuite:
     """GPU time of safeattn and its peers on masked workloads; see the module docstring."""
 
     params = (MASKED_IMPLS, GPU_DTYPES, GPU_HEAD_DIMS, MASKS)
-    param_names = (metrics.IMPL_PARAM, "dtype", "head_dim", "mask")
+    param_names = MASKED_PARAM_NAMES
     timeout = GRID_TIMEOUT_S
     version = "masked-speed-1"  # bump when what it measures changes (see _common)
 
@@ -345,7 +357,7 @@ class ModelStepSuite:
     """Training-step time and peak memory of a small decoder; see the module docstring."""
 
     params = (MODEL_IMPLS, MODEL_SEQ_LENS, PADDINGS)
-    param_names = (metrics.IMPL_PARAM, "seq_len", "padding")
+    param_names = MODEL_PARAM_NAMES
     timeout = GRID_TIMEOUT_S
     version = "model-step-1"  # bump when what it measures changes (see _common)
 

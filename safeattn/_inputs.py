@@ -77,7 +77,11 @@ def capturing(device: torch.device) -> bool:
     replay, so nothing may read tensor values on the host (a sync is illegal in a capture,
     and the values would be those of capture time anyway). Asked only where a host read or
     a Python-side cache would otherwise happen; False for a non-CUDA device."""
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    return (
+        device.type == "cuda"
+        and torch.cuda.is_available()  # a CPU-only torch cannot be asked (tests fake devices)
+        and torch.cuda.is_current_stream_capturing()
+    )
 
 
 # --------------------------------------------------------------------------- messages

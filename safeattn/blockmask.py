@@ -36,10 +36,11 @@ Reuse. A model calls attention once per layer with the same mask:
   build a new mask instead.
 
 CUDA graphs. Building a summary needs no host sync (only :meth:`BlockSummary.counts` reads
-values back), so it can be recorded inside ``torch.cuda.graph``: a call with a ``key_mask``/``attn_mask`` inside a capture
-records its build (bypassing the cache), and every replay summarises the values the mask
-tensors hold then. A :class:`BlockMask` built before the capture is used as it was built;
-one built inside the captured region (once, for every layer) is rebuilt on every replay.
+values back), so it can be recorded inside ``torch.cuda.graph``: a call with a
+``key_mask``/``attn_mask`` inside a capture records its build (bypassing the cache), and
+every replay summarises the values the mask tensors hold then. A :class:`BlockMask` built
+before the capture is used as it was built; one built inside the captured region (once, for
+every layer) is rebuilt on every replay.
 """
 
 from __future__ import annotations

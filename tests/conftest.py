@@ -23,6 +23,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # Runs before test modules (and so safeattn/triton) are imported.
     if not config.getoption("--gpu"):
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    # Tuning choices made by tests (on a GPU shared by xdist workers: noise) must not reach
+    # the user's tuning cache, which the next benchmark run on this machine would read.
+    os.environ.setdefault("SAFEATTN_TUNING_CACHE", "0")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

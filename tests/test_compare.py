@@ -399,3 +399,56 @@ def test_aa_report_counts_false_alarms(tmp_path_factory, capsys):
     assert aa.main([*args, shas["base"], shas["slow"]]) == 1
     assert "[regression]" in capsys.readouterr().out
     assert aa.main([*args, shas["base"], "f" * 40]) == 2
+
+
+# ----------------------------------------------------------- launched configs
+
+
+def _with_launches(loaded: LoadedResults, configs_by_sha: dict[str, dict]) -> LoadedResults:
+    """``loaded`` with benchmarks/run.py's ``safeattn_launches`` in the commits' sidecars:
+    the configs the safeattn head_dim=64 row of the toy SpeedSuite (and its peer) ran."""
+    sidecars = {
+        f"versions-{sha}.json": {"gpu": None, "safeattn_launches": [
+            {"suite": "suite.SpeedSuite", "params": {"impl": impl, "head_dim": 64},
+             "configs": configs, "sources": {}}
+            for impl in ("safeattn", "sdpa_flash")
+        ]}
+        for sha, configs in configs_by_sha.items()
+    }  # fmt: skip
+    machines = {m: dict(info) for m, info in loaded.machines.items()}
+    machines[TOY_MACHINE]["sidecars"] = {**machines[TOY_MACHINE].get("sidecars", {}), **sidecars}
+    return LoadedResults(loaded.table, machines, loaded.commits, loaded.problems)
+
+
+def test_a_flagged_row_says_when_its_config_changed(toy, policy):
+    """A regression whose kernels ran other configs on head says which, from the sidecars;
+    a kernel whose config stayed is not named, and without records nothing is said."""
+    loaded, shas = toy
+    configs = {
+        shas["base"]: {"forward": "M128-N64-w4-s3", "bwd_dq": "M64-N64-w4-s2"},
+        shas["slow"]: {"forward": "M64-N64-w4-s3", "bwd_dq": "M64-N64-w4-s2"},
+    }
+    result = compare(_with_launches(loaded, configs), shas["base"], shas["slow"], TOY_MACHINE,
+                     policy)  # fmt: skip
+    speed = _row(result, SPEED, "impl=safeattn head_dim=64")
+    assert speed["verdict"] == "regression"
+    assert speed["reason"].endswith("; config changed: forward M128-N64-w4-s3 → M64-N64-w4-s3")
+    assert "config changed" not in _row(result, SPEED, "impl=sdpa_flash head_dim=64")["reason"]
+    plain = compare(loaded, shas["base"], shas["slow"], TOY_MACHINE, policy)
+    assert "config changed" not in _row(plain, SPEED, "impl=safeattn head_dim=64")["reason"]
+
+
+def test_an_unflagged_row_is_not_annotated_and_groups_count_changed_rows(toy, policy):
+    from safeattn.regress.compare import group_rows
+
+    loaded, shas = toy
+    configs = {shas["base"]: {"forward": "A"}, shas["same"]: {"forward": "B"}}
+    result = compare(_with_launches(loaded, configs), shas["base"], shas["same"], TOY_MACHINE,
+                     policy)  # fmt: skip
+    speed = _row(result, SPEED, "impl=safeattn head_dim=64")
+    assert speed["verdict"] == "unchanged" and "config" not in speed["reason"]
+    rows = _speed_rows([1.04] * 16)
+    for row in rows[:5]:
+        row["_config_change"] = "forward A → B"
+    (group,) = group_rows(rows, policy)
+    assert group["reason"].endswith("; 5 of 16 rows ran other configs than on base")

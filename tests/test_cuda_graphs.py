@@ -296,11 +296,13 @@ def tuner(monkeypatch):
     monkeypatch.setattr(launch, "_CHOSEN", {})
     monkeypatch.setattr(launch, "_TIMINGS", {})
     monkeypatch.setattr(launch, "_LAUNCHED", {})
+    monkeypatch.setattr(launch, "_SOURCES", {})
+    monkeypatch.setattr(launch, "_gpu_names", lambda index: ("fake-gpu", "sm90"))
     monkeypatch.setattr(launch, "capturing", lambda device: state.capturing)
 
     def choose(name, *args):
         state.chosen.append(name)
-        return launch.configs.candidates(name, 64, torch.bfloat16)[0], []
+        return launch.configs.candidates(name, 64, torch.bfloat16)[0], "tuned", []
 
     monkeypatch.setattr(launch, "_choose", choose)
     return state

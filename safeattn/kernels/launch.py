@@ -2,6 +2,11 @@
 
 Everything here receives an already-validated :class:`safeattn._inputs.AttnProblem`.
 
+Config choice (:func:`_launch`), once per process and tune key: the committed tuning table
+of this GPU, else the user's tuning cache, else the tuner, whose choice is then persisted
+(``tuning.py`` says why and where); single-config mode and the interpreter skip all three.
+:func:`config_sources` says which one each choice came from.
+
 CUDA graphs: a launch is capturable once its kernel is compiled and its config chosen.
 Neither can happen during a capture: choosing times candidates (``do_bench`` synchronises)
 and compiling loads a module (not permitted while a stream captures). So a tune key missing
@@ -14,6 +19,7 @@ capture (Triton compiling a new specialisation, e.g. for new strides) gets the s
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass
@@ -22,7 +28,8 @@ import torch
 import triton
 
 from .._inputs import capturing
-from . import configs
+from ..gpu_limits import arch_name
+from . import configs, tuning
 from .backward import _bwd_dkdv, _bwd_dq, _bwd_preprocess
 from .configs import KernelConfig
 from .forward import _attn_fwd
@@ -41,10 +48,18 @@ class KernelResources:
     shared_bytes: int
     registers: int
     spills: int  # local-memory bytes per thread (Triton reports 4-byte words; converted)
+    source: str = ""  # where the config came from: one of SOURCES
 
 
-_LAUNCHED: dict[str, KernelResources] = {}
+# Where a launched config came from: the committed table, the user's tuning cache, the tuner
+# (this process), single-config mode (first fitting candidate). The interpreter's fixed
+# config is recorded nowhere (nothing is compiled).
+SOURCES: tuple[str, ...] = ("table", "cache", "tuned", "single")
+
+_LAUNCHED: dict[str, KernelResources] = {}  # by kernel name
+# By (*configs.tune_key(...), GPU slug):
 _CHOSEN: dict[tuple, KernelConfig] = {}
+_SOURCES: dict[tuple, str] = {}
 _TIMINGS: dict[tuple, list[tuple[str, float]]] = {}  # tuner evidence: key -> [(config, ms)]
 
 
@@ -57,13 +72,28 @@ def launched_kernels() -> dict[str, KernelResources]:
 
 
 def chosen_configs() -> dict[tuple, KernelConfig]:
-    """The tuner's choices so far, keyed by :func:`configs.tune_key`."""
+    """The configs chosen so far in this process, keyed by ``(*configs.tune_key(...), gpu)``
+    (``gpu``: the device's slug, e.g. ``nvidia-h200``)."""
     return dict(_CHOSEN)
 
 
+def config_sources() -> dict[tuple, str]:
+    """Where each of :func:`chosen_configs` came from (one of :data:`SOURCES`), same keys."""
+    return dict(_SOURCES)
+
+
 def tuning_timings() -> dict[tuple, list[tuple[str, float]]]:
-    """What the tuner measured for each key: ``[(config, median ms), ...]``."""
+    """What the tuner measured in this process for each key it tuned (same keys):
+    ``[(config, median ms), ...]``; a key read from the table or the cache has none."""
     return dict(_TIMINGS)
+
+
+def clear_choices() -> None:
+    """Forget this process's choices, launches and read tables, as a new process starts
+    (tests and tools; the persisted cache stays)."""
+    for memo in (_LAUNCHED, _CHOSEN, _SOURCES, _TIMINGS):
+        memo.clear()
+    tuning.clear()
 
 
 @dataclass(frozen=True)
@@ -92,15 +122,19 @@ class Meta:
         return self.sparse_q > 0
 
     @property
-    def flags(self) -> tuple:
+    def flags(self) -> tuple[tuple[str, int], ...]:
+        """What a config choice depends on besides kernel, dtype and sizes: the kernels'
+        feature specialisations, and ``deterministic`` (single-config mode). Named, so that
+        a tuning table's keys read without this file (``tuning.key_text``)."""
         return (
-            self.varlen,
-            self.bottom_right,
-            self.window_left >= 0,
-            self.window_right >= 0,
-            self.has_key_mask,
-            self.mask_kind,
-            self.sparse,
+            ("varlen", int(self.varlen)),
+            ("bottom_right", int(self.bottom_right)),
+            ("window_left", int(self.window_left >= 0)),
+            ("window_right", int(self.window_right >= 0)),
+            ("key_mask", int(self.has_key_mask)),
+            ("mask_kind", int(self.mask_kind)),
+            ("sparse", int(self.sparse)),
+            ("deterministic", int(self.deterministic)),
         )
 
 
@@ -144,21 +178,32 @@ def _smem_limit(device: torch.device) -> int:
     return int(driver.utils.get_device_properties(device.index or 0)["max_shared_mem"])
 
 
+@functools.cache
+def _gpu_names(index: int) -> tuple[str, str]:
+    """(slug of the device name, architecture) of one CUDA device: the tables' file names."""
+    slug = tuning.gpu_slug(torch.cuda.get_device_name(index))
+    return slug, arch_name(torch.cuda.get_device_capability(index))
+
+
 def _launch(name, fn, grid, args, meta, dtype, device, seq_q, seq_k):
-    """Choose a config for ``fn`` (see configs.py) and launch it; returns the config used."""
+    """Choose a config for ``fn`` (see the module docstring) and launch it; returns it."""
     if INTERPRET or device.type != "cuda":
         cfg = configs.interpreter_config(name)
         fn[grid(cfg)](*args, **_constexprs(meta, dtype, cfg))
         return cfg
     key = configs.tune_key(name, dtype, meta.head_dim, seq_q, seq_k, meta.flags)
-    key = (*key, device.index, meta.deterministic)
-    cfg = _CHOSEN.get(key)
+    gpu_names = _gpu_names(
+        device.index if device.index is not None else torch.cuda.current_device()
+    )
+    memo = (*key, gpu_names[0])
+    cfg = _CHOSEN.get(memo)
     if cfg is None:
         if capturing(device):  # asked on a miss only: the eager hot path pays nothing
             raise _untuned_in_capture(name, dtype, meta)
-        cfg, timings = _choose(name, fn, grid, args, meta, dtype, device)
-        _CHOSEN[key] = cfg
-        _TIMINGS[key] = timings
+        cfg, source, timings = _choose(name, fn, grid, args, meta, dtype, device, key, gpu_names)
+        _CHOSEN[memo], _SOURCES[memo] = cfg, source
+        if source == "tuned":
+            _TIMINGS[memo] = timings
     try:
         compiled = fn[grid(cfg)](*args, **_constexprs(meta, dtype, cfg))
     except Exception as exc:
@@ -171,6 +216,7 @@ def _launch(name, fn, grid, args, meta, dtype, device, seq_q, seq_k):
         shared_bytes=int(compiled.metadata.shared),
         registers=int(getattr(compiled, "n_regs", -1)),
         spills=_spill_bytes(compiled),
+        source=_SOURCES[memo],
     )
     return cfg
 
@@ -221,45 +267,90 @@ def _launch_error_in_capture(name: str, exc: Exception) -> RuntimeError:
     )
 
 
-def _choose(name, fn, grid, args, meta, dtype, device):
-    """Prune candidates against the device's opt-in shared memory using the compiled size,
-    then time the survivors (unless single-config mode)."""
+def _choose(name, fn, grid, args, meta, dtype, device, key, gpu_names):
+    """(config, source, tuner timings) for one tune key on one GPU.
+
+    Single-config mode: the first shipped candidate that fits. Otherwise the table's entry,
+    else the cache's, if it is a shipped candidate that fits (else logged, and ignored);
+    else every fitting candidate is timed, :func:`configs.pick` chooses, and the choice is
+    persisted. Fitting: pruned against the device's opt-in shared memory with the known
+    needs, then with the compiled kernel's own figure."""
     limit = _smem_limit(device)
-    single = meta.deterministic or not configs.autotune_enabled()
-    fitting = []
-    failed = []
-    for cfg in configs.candidates(
+    shipped = configs.candidates(
         name, configs.block_d(meta.head_dim), dtype, limit, masked=meta.sparse
-    ):
+    )
+
+    def misfit(cfg: KernelConfig) -> str | None:
+        """Why ``cfg`` cannot run here (a compile failure, too much shared memory), or None."""
         try:
             compiled = fn.warmup(*args, grid=grid(cfg), **_constexprs(meta, dtype, cfg))
         except Exception as exc:  # a compiler crash on one candidate must not fail the call
-            failed.append(f"{cfg}: {str(exc).strip().splitlines()[0] if str(exc) else exc!r}")
-            continue
-        if configs.fits(int(compiled.metadata.shared), limit):
+            return str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        shared = int(compiled.metadata.shared)
+        if not configs.fits(shared, limit):
+            return f"needs {shared} bytes of shared memory, the GPU has {limit}"
+        return None
+
+    single = meta.deterministic or not configs.autotune_enabled()
+    text = tuning.key_text(key)
+    if not single:
+        for source, lookup in (
+            ("table", lambda: tuning.table_entry(gpu_names, text)),
+            ("cache", lambda: tuning.cache_entry(gpu_names[0], text)),
+        ):
+            found = lookup()
+            if found is None:
+                continue
+            stored, path = found
+            cfg = next((c for c in shipped if str(c) == stored), None)
+            why = "not a shipped candidate that fits this GPU" if cfg is None else misfit(cfg)
+            if why is None:
+                tuning.log.debug("%s: %s from %s", text, stored, path)
+                return cfg, source, []
+            tuning.log.warning(
+                "%s names %s for %s on %s, which cannot be used (%s): choosing again",
+                path, stored, text, gpu_names[0], why,
+            )  # fmt: skip
+
+    fitting = []
+    failed = []
+    for cfg in shipped:
+        why = misfit(cfg)
+        if why is None:
             fitting.append(cfg)
             if single:  # first fitting candidate wins; compile no more than needed
                 break
+        else:
+            failed.append(f"{cfg}: {why}")
     if not fitting:
         raise RuntimeError(
             f"safeattn: no shipped {name} config fits this GPU's {limit} bytes of shared memory "
-            f"(head_dim={meta.head_dim}, dtype={dtype}; compile failures: {failed}). "
+            f"(head_dim={meta.head_dim}, dtype={dtype}; misfits: {failed}). "
             "This is a bug: please report it."
         )
-    if len(fitting) == 1 or single:
-        return fitting[0], []
-    times = []
-    for cfg in fitting:
-        kw = _constexprs(meta, dtype, cfg)
-        ms = triton.testing.do_bench(
-            lambda c=cfg, kw=kw: fn[grid(c)](*args, **kw),
-            warmup=5,
-            rep=20,
-            return_mode="median",  # one slow outlier must not decide
-        )
-        times.append(ms)
-    best = fitting[configs.pick(times)]  # near-ties go to the earlier candidate
-    return best, [(str(c), t) for c, t in zip(fitting, times, strict=True)]
+    if single:
+        return fitting[0], "single", []
+    times = [_time(fn, grid, args, meta, dtype, cfg) for cfg in fitting] if len(fitting) > 1 else []
+    best = fitting[configs.pick(times)] if times else fitting[0]  # near-ties: earlier wins
+    timings = [(str(c), t) for c, t in zip(fitting, times, strict=True)]
+    where = tuning.persist(gpu_names[0], text, str(best), timings)
+    tuning.log.info(
+        "tuned %s on %s: %s -> %s; persisted to %s", text, gpu_names[0],
+        ", ".join(f"{c} {t:.4f} ms" for c, t in timings) or "one candidate fits",
+        best, where or f"nowhere (${tuning.CACHE_ENV} is off or unwritable)",
+    )  # fmt: skip
+    return best, "tuned", timings
+
+
+def _time(fn, grid, args, meta, dtype, cfg: KernelConfig) -> float:
+    """Median ms of one launch with ``cfg``."""
+    kw = _constexprs(meta, dtype, cfg)
+    return triton.testing.do_bench(
+        lambda: fn[grid(cfg)](*args, **kw),
+        warmup=5,
+        rep=20,
+        return_mode="median",  # one slow outlier must not decide
+    )
 
 
 def _alloc_like(t: torch.Tensor) -> torch.Tensor:
@@ -420,7 +511,7 @@ def _launch_pre(args, grid, meta: Meta, dtype, device):
     if not INTERPRET and device.type == "cuda":
         _LAUNCHED["bwd_preprocess"] = KernelResources(
             "bwd_preprocess", str(cfg), int(compiled.metadata.shared),
-            int(getattr(compiled, "n_regs", -1)), _spill_bytes(compiled),
+            int(getattr(compiled, "n_regs", -1)), _spill_bytes(compiled), "single",
         )  # fmt: skip
 
 

@@ -21,6 +21,12 @@ Verdicts, one per (benchmark, parameter combination) present on base or head:
 ``context``         a peer implementation's row (impl != "safeattn"): never blocks
 ``not_comparable``  no verdict possible (failed on both, no base value, unknown direction)
 ==================  =====================================================================
+
+A flagged safeattn row (failure, regression, improvement) whose kernels ran with other
+configs on head than on base says so at the end of its reason: ``config changed: forward
+M128-N64-w4-s3 → M64-N64-w4-s3`` (the configs come from the commits' ``versions-<sha>.json``
+sidecars, ``safeattn_launches``, written by benchmarks/run.py); a speed benchmark's group
+row counts its rows that did. Then the verdict may be the tuning table's doing, not the code's.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ import pandas as pd
 
 from safeattn.gpu_limits import ARCHS, arch_name
 from safeattn.regress.metrics import IMPL_PARAM, METRICS, OWN_IMPL
-from safeattn.regress.results import LoadedResults
+from safeattn.regress.results import LoadedResults, format_param_key
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -352,11 +358,15 @@ def compare(
     base_map = {tuple(r[k] for k in keys): r for r in base_rows.to_dict("records")}
     head_map = {tuple(r[k] for k in keys): r for r in head_rows.to_dict("records")}
     arch = machine_arch(loaded.machines.get(machine, {}))
+    info = loaded.machines.get(machine, {})
+    base_launches, head_launches = (launched_configs(info, sha) for sha in (base_sha, head_sha))
 
     out = []
     for key in sorted(set(base_map) | set(head_map)):
         b, h = base_map.get(key), head_map.get(key)
-        out.append(_judge(b, h, machine, arch, policy))
+        row = _judge(b, h, machine, arch, policy)
+        _note_config_change(row, base_launches, head_launches)
+        out.append(row)
     out += group_rows(out, policy)
     frame = pd.DataFrame.from_records(out, columns=list(COMPARE_COLUMNS))
     # object dtype: significant stays True/False/None (None = no test applied).
@@ -405,6 +415,9 @@ def group_rows(rows: list[dict[str, Any]], policy: Policy) -> list[dict[str, Any
             verdict, reason = "improvement", f"broad speed-up: {summary}"
         else:
             verdict, reason = "unchanged", summary
+        changed = sum(bool(r.get(_CONFIG_CHANGE)) for r in members)
+        if changed:
+            reason += f"; {changed} of {len(members)} rows ran other configs than on base"
         out.append({
             **{c: first[c] for c in ("machine", "benchmark", "suite", "metric", "kind")},
             "param_key": GROUP_PARAM_KEY,
@@ -426,6 +439,55 @@ def group_rows(rows: list[dict[str, Any]], policy: Policy) -> list[dict[str, Any
             "reason": reason,
         })
     return out
+
+
+# ---------------------------------------------------------------- launched configs
+
+_CONFIG_CHANGE = "_config_change"  # a row's key (not a column): what changed, or ""
+_FLAGGED = frozenset({"failure", "regression", "improvement"})
+
+
+def launched_configs(info: dict[str, Any], commit: str) -> dict[tuple[str, str], dict]:
+    """``{(suite, param_key): {kernel: config}}`` of one commit on one machine: the
+    ``safeattn_launches`` of its ``versions-<sha>.json`` sidecar (``info``: the machine's
+    entry of ``LoadedResults.machines``); empty when not recorded."""
+    sidecar = (info.get("sidecars") or {}).get(f"versions-{commit}.json")
+    records = sidecar.get("safeattn_launches") if isinstance(sidecar, dict) else None
+    out: dict[tuple[str, str], dict] = {}
+    for record in records if isinstance(records, list) else []:
+        try:
+            key = (str(record["suite"]), format_param_key(record["params"]))
+            out[key] = {str(k): str(v) for k, v in record["configs"].items()}
+        except (KeyError, TypeError, AttributeError):
+            continue  # a malformed record says nothing
+    return out
+
+
+def _kernels_measured(row: dict[str, Any]) -> tuple[str, ...] | None:
+    """The kernels whose config a row's figure depends on (None: all of them)."""
+    if "kernel" in row["params"]:  # LiveResourcesSuite: one kernel per row
+        return (str(row["params"]["kernel"]),)
+    if row["metric"] == "forward_ms":
+        return ("forward",)
+    if row["metric"] == "backward_ms":
+        return ("bwd_preprocess", "bwd_dkdv", "bwd_dq")
+    return None
+
+
+def _note_config_change(row: dict[str, Any], base: dict, head: dict) -> None:
+    """Record in ``row`` (and, if it is flagged, in its reason) which of the kernels behind a
+    safeattn row ran with another config on head than on base."""
+    if row["peer"]:
+        return
+    key = (row["suite"], format_param_key(row["params"]))
+    if key not in base or key not in head:
+        return
+    b, h = base[key], head[key]
+    kernels = _kernels_measured(row) or sorted(set(b) | set(h))
+    changed = [f"{k} {b.get(k, '-')} → {h.get(k, '-')}" for k in kernels if b.get(k) != h.get(k)]
+    row[_CONFIG_CHANGE] = ", ".join(changed)
+    if changed and row["verdict"] in _FLAGGED:
+        row["reason"] += f"; config changed: {row[_CONFIG_CHANGE]}"
 
 
 def _kind_of(benchmark: str, metric: str | None) -> str | None:

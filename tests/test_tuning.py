@@ -1,0 +1,454 @@
+"""Reproducible config choice (safeattn/kernels/tuning.py, launch._launch/_choose): the
+committed table wins, the tuner fills only gaps and persists its choice, and nothing stored
+that cannot run here is ever launched.
+
+No GPU: the CUDA branch of ``launch._launch`` runs with a fake kernel (its "compile"
+reports a shared-memory size per config, its launch records the config), a fake device
+name and a fake ``do_bench`` that returns a fixed time per config and counts the timings.
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib
+import json
+import logging
+import subprocess
+import sys
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import triton.testing
+
+from safeattn.kernels import configs, launch, tuning
+from safeattn.kernels.configs import KernelConfig
+
+REPO = Path(__file__).resolve().parent.parent
+GPU = "nvidia-test-gpu-80gb"
+ARCH = "sm90"
+LIMIT = 232_448
+# forward, bf16, head-dim 128: four shipped candidates on sm90's shared memory.
+CANDIDATES = [
+    str(c) for c in configs.candidates("forward", 128, torch.bfloat16, LIMIT, masked=False)
+]
+META = launch.Meta(
+    varlen=False, batch=1, heads_q=1, heads_kv=1, seq_q=1000, seq_k=1000, head_dim=128,
+    bottom_right=False, window_left=-1, window_right=-1, has_key_mask=False, mask_kind=0,
+    scale=1.0, deterministic=False,
+)  # fmt: skip
+
+
+class FakeKernel:
+    """A ``@triton.jit`` kernel as ``_launch`` uses it: ``warmup`` compiles (shared memory
+    from ``shared``, else 1 KiB), ``kernel[grid](...)`` launches and records the config."""
+
+    def __init__(self, shared: dict[str, int] | None = None) -> None:
+        self.shared = shared or {}
+        self.compiled: list[str] = []
+        self.launched: list[str] = []
+
+    @staticmethod
+    def _config(kw: dict) -> str:
+        return str(KernelConfig(kw["BLOCK_M"], kw["BLOCK_N"], kw["num_warps"], kw["num_stages"]))
+
+    def _binary(self, cfg: str):
+        return SimpleNamespace(metadata=SimpleNamespace(shared=self.shared.get(cfg, 1024)),
+                               n_regs=96, n_spills=0)  # fmt: skip
+
+    def warmup(self, *args, grid, **kw):
+        self.compiled.append(self._config(kw))
+        return self._binary(self._config(kw))
+
+    def __getitem__(self, grid):
+        def run(*args, **kw):
+            self.launched.append(self._config(kw))
+            return self._binary(self._config(kw))
+
+        return run
+
+
+@pytest.fixture
+def gpu(monkeypatch, tmp_path):
+    """The CUDA branch of _launch on this CPU machine: a fake GPU, tables and cache in
+    tmp_path, a do_bench returning ``times[config]`` (default 1 ms) and counting calls."""
+    tables, cache = tmp_path / "tables", tmp_path / "cache"
+    tables.mkdir()
+    monkeypatch.setenv(tuning.TABLE_ENV, str(tables))
+    monkeypatch.setenv(tuning.CACHE_ENV, str(cache))
+    monkeypatch.setenv("SAFEATTN_AUTOTUNE", "1")
+    monkeypatch.setattr(launch, "INTERPRET", False)
+    monkeypatch.setattr(launch, "_smem_limit", lambda device: LIMIT)
+    monkeypatch.setattr(launch, "_gpu_names", lambda index: (GPU, ARCH))
+    state = SimpleNamespace(tables=tables, cache=cache, times={}, timed=[], kernel=None)
+
+    def do_bench(fn, **kw):
+        fn()
+        cfg = state.kernel.launched.pop()
+        state.timed.append(cfg)
+        return state.times.get(cfg, 1.0)
+
+    monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    launch.clear_choices()
+    yield state
+    launch.clear_choices()
+
+
+def run_forward(state, meta=META, kernel: FakeKernel | None = None) -> str:
+    """One forward launch through _launch with a fresh fake kernel; returns its config."""
+    state.kernel = kernel or FakeKernel()
+    device = torch.device("cuda", 0)  # never touched: every CUDA query is faked
+    cfg = launch._launch("forward", state.kernel, lambda c: (1,), (), meta, torch.bfloat16,
+                         device, meta.seq_q, meta.seq_k)  # fmt: skip
+    assert state.kernel.launched[-1] == str(cfg)
+    return str(cfg)
+
+
+def key_of(meta=META) -> str:
+    key = configs.tune_key("forward", torch.bfloat16, meta.head_dim, meta.seq_q, meta.seq_k,
+                           meta.flags)  # fmt: skip
+    return tuning.key_text(key)
+
+
+def write_table(path: Path, entries: dict[str, str]) -> None:
+    entries = {k: tuning.make_entry(v, []) for k, v in entries.items()}
+    tuning.write_entries(path, path.stem, entries, "test")
+
+
+def source_of(kernel: str = "forward") -> str:
+    (source,) = (s for k, s in launch.config_sources().items() if k[0] == kernel)
+    return source
+
+
+def test_table_hit_launches_the_tables_config_without_timing(gpu):
+    assert len(CANDIDATES) > 2, CANDIDATES
+    chosen = CANDIDATES[2]
+    write_table(gpu.tables / f"{GPU}.json", {key_of(): chosen})
+    assert run_forward(gpu) == chosen
+    assert gpu.timed == [] and gpu.kernel.compiled == [chosen]  # only the table's config
+    assert source_of() == "table"
+    assert launch.launched_kernels()["forward"].source == "table"
+    assert not (gpu.cache / f"{GPU}.json").exists()  # a table hit persists nothing
+
+
+def test_the_architectures_table_serves_keys_the_gpus_table_lacks(gpu):
+    write_table(gpu.tables / f"{GPU}.json", {"some other key": CANDIDATES[1]})
+    write_table(gpu.tables / f"{ARCH}.json", {key_of(): CANDIDATES[3]})
+    assert run_forward(gpu) == CANDIDATES[3]
+    assert source_of() == "table" and gpu.timed == []
+
+
+@pytest.mark.parametrize("stored", ["M256-N256-w8-s3", "not-a-config"])
+def test_a_table_entry_that_is_not_a_candidate_is_logged_and_tuned_instead(gpu, caplog, stored):
+    write_table(gpu.tables / f"{GPU}.json", {key_of(): stored})
+    with caplog.at_level(logging.INFO, logger="safeattn.tuning"):
+        chosen = run_forward(gpu)
+    assert chosen == CANDIDATES[0] and gpu.timed == CANDIDATES  # all timed, first tie wins
+    assert source_of() == "tuned"
+    warning = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warning) == 1 and stored in warning[0] and "not a shipped candidate" in warning[0]
+
+
+def test_a_table_entry_that_does_not_fit_this_gpu_is_logged_and_tuned_instead(gpu, caplog):
+    too_big = CANDIDATES[1]
+    write_table(gpu.tables / f"{GPU}.json", {key_of(): too_big})
+    with caplog.at_level(logging.WARNING, logger="safeattn.tuning"):
+        chosen = run_forward(gpu, kernel=FakeKernel(shared={too_big: LIMIT + 1}))
+    assert chosen == CANDIDATES[0] and too_big not in gpu.timed
+    assert f"needs {LIMIT + 1} bytes of shared memory" in caplog.text
+
+
+def test_a_miss_is_tuned_persisted_and_reused_by_the_next_process(gpu, caplog):
+    gpu.times = {c: 2.0 for c in CANDIDATES} | {CANDIDATES[2]: 1.0}
+    with caplog.at_level(logging.INFO, logger="safeattn.tuning"):
+        assert run_forward(gpu) == CANDIDATES[2]
+    assert source_of() == "tuned" and gpu.timed == CANDIDATES
+    (timings,) = launch.tuning_timings().values()
+    assert timings == [(c, gpu.times[c]) for c in CANDIDATES]
+    cache_file = gpu.cache / f"{GPU}.json"
+    stored = json.loads(cache_file.read_text())
+    assert stored["gpu"] == GPU and stored["schema"] == tuning.SCHEMA
+    assert stored["entries"][key_of()] == {"config": CANDIDATES[2], "times_ms": gpu.times}
+    (info,) = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert key_of() in info and f"-> {CANDIDATES[2]}" in info and str(cache_file) in info
+    assert f"{CANDIDATES[0]} 2.0000 ms" in info
+
+    launch.clear_choices()  # a new process: nothing in memory, the cache on disk
+    gpu.timed.clear()
+    gpu.times = {CANDIDATES[0]: 0.1}  # would win a re-tune
+    assert run_forward(gpu) == CANDIDATES[2]
+    assert gpu.timed == [] and source_of() == "cache" and launch.tuning_timings() == {}
+
+    run_forward(gpu)  # the same process again: its memory, no file read, no compile
+    assert gpu.kernel.compiled == []
+
+
+def test_the_table_wins_over_the_cache(gpu):
+    write_table(gpu.cache / f"{GPU}.json", {key_of(): CANDIDATES[1]})
+    write_table(gpu.tables / f"{GPU}.json", {key_of(): CANDIDATES[3]})
+    assert run_forward(gpu) == CANDIDATES[3] and source_of() == "table"
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"schema": "other/9", "entries": {}}', "[]"])
+def test_a_corrupt_cache_file_is_ignored_with_a_warning(gpu, caplog, text):
+    cache_file = gpu.cache / f"{GPU}.json"
+    cache_file.parent.mkdir(parents=True)
+    cache_file.write_text(text)
+    with caplog.at_level(logging.WARNING, logger="safeattn.tuning"):
+        assert run_forward(gpu) == CANDIDATES[0]
+    assert source_of() == "tuned"
+    assert f"ignoring tuning file {cache_file}" in caplog.text
+    # rewritten whole, with the new choice
+    assert tuning.read_entries(cache_file)[key_of()]["config"] == CANDIDATES[0]
+
+
+@pytest.mark.parametrize("off", ["0", "off"])
+def test_persistence_can_be_switched_off(gpu, monkeypatch, caplog, off):
+    monkeypatch.setenv(tuning.CACHE_ENV, off)
+    monkeypatch.setenv("HOME", str(gpu.cache))  # the default location must stay untouched too
+    with caplog.at_level(logging.INFO, logger="safeattn.tuning"):
+        run_forward(gpu)
+    assert source_of() == "tuned" and tuning.cache_dir() is None
+    assert not gpu.cache.exists()
+    assert "persisted to nowhere" in caplog.text
+    launch.clear_choices()
+    gpu.timed.clear()
+    run_forward(gpu)
+    assert gpu.timed == CANDIDATES  # tuned again: nothing was stored
+
+
+def test_tables_can_be_switched_off(gpu, monkeypatch):
+    write_table(gpu.tables / f"{GPU}.json", {key_of(): CANDIDATES[3]})
+    monkeypatch.setenv(tuning.TABLE_ENV, "0")
+    assert run_forward(gpu) == CANDIDATES[0] and source_of() == "tuned"
+
+
+@pytest.mark.parametrize("how", ["SAFEATTN_AUTOTUNE=0", "deterministic"])
+def test_single_config_mode_ignores_table_and_cache(gpu, monkeypatch, how):
+    write_table(gpu.tables / f"{GPU}.json", {key_of(): CANDIDATES[3]})
+    meta = META
+    if how == "deterministic":
+        meta = replace(META, deterministic=True)
+        write_table(gpu.tables / f"{GPU}.json", {key_of(meta): CANDIDATES[3]})
+    else:
+        monkeypatch.setenv("SAFEATTN_AUTOTUNE", "0")
+    too_big = CANDIDATES[0]  # the first candidate does not fit: the second one runs
+    assert run_forward(gpu, meta, FakeKernel(shared={too_big: LIMIT + 1})) == CANDIDATES[1]
+    assert source_of() == "single" and gpu.timed == []
+    assert not gpu.cache.exists()
+
+
+def test_the_key_names_every_mask_flag_and_keeps_masked_problems_apart(gpu):
+    variants = {
+        "plain": META,
+        "key_mask": replace(META, has_key_mask=True, sparse_q=128, sparse_k=128),
+        "bool_mask": replace(META, mask_kind=1, sparse_q=128, sparse_k=128),
+        "window": replace(META, window_left=255, window_right=0),
+        "bottom_right": replace(META, bottom_right=True),
+        "varlen": replace(META, varlen=True),
+        "deterministic": replace(META, deterministic=True),
+    }
+    texts = {name: key_of(meta) for name, meta in variants.items()}
+    assert len(set(texts.values())) == len(texts), texts
+    assert texts["plain"] == (
+        "forward bfloat16 d128 q1024 k1024 varlen=0 bottom_right=0 window_left=0 "
+        "window_right=0 key_mask=0 mask_kind=0 sparse=0 deterministic=0"
+    )
+    assert "key_mask=1" in texts["key_mask"] and "sparse=1" in texts["key_mask"]
+    assert "mask_kind=1" in texts["bool_mask"]
+    assert "window_left=1 window_right=1" in texts["window"]
+    # the unmasked problem's entry is not used for the masked one
+    write_table(gpu.tables / f"{GPU}.json", {texts["plain"]: CANDIDATES[3]})
+    run_forward(gpu, variants["key_mask"])
+    assert source_of() == "tuned"
+
+
+def test_the_interpreter_keeps_its_config_and_records_nothing(monkeypatch):
+    monkeypatch.setattr(launch, "INTERPRET", True)
+    launch.clear_choices()
+    kernel = FakeKernel()
+    cfg = launch._launch("forward", kernel, lambda c: (1,), (), META, torch.float32,
+                         torch.device("cpu"), 64, 64)  # fmt: skip
+    assert cfg == configs.interpreter_config("forward") and kernel.compiled == []
+    assert launch.chosen_configs() == {} and launch.launched_kernels() == {}
+
+
+def test_file_format_is_one_sorted_entry_per_line(tmp_path):
+    entries = {
+        "b key": tuning.make_entry("M64-N64-w4-s3", [("M64-N64-w4-s3", 0.123456)]),
+        "a key": tuning.make_entry("M128-N64-w4-s3", [], votes={"M128-N64-w4-s3": 3}),
+    }
+    path = tmp_path / "gpu.json"
+    tuning.write_entries(path, "gpu", entries, "about it")
+    text = path.read_text()
+    data = json.loads(text)
+    assert data["entries"]["b key"]["times_ms"] == {"M64-N64-w4-s3": 0.1235}
+    assert data["about"] == "about it" and tuning.read_entries(path) == data["entries"]
+    lines = text.splitlines()
+    first, second = (lines.index(ln) for ln in lines if '"a key"' in ln or '"b key"' in ln)
+    assert second == first + 1  # one line each, sorted
+    assert [p.name for p in tmp_path.iterdir()] == ["gpu.json"]  # no temporary left behind
+
+
+def test_concurrent_processes_never_corrupt_the_cache(tmp_path):
+    """Four processes persisting 25 keys each into one file at once: a valid file with all
+    100 entries (atomic replace: no torn file; the lock: no lost entry)."""
+    code = textwrap.dedent(
+        """
+        import sys
+        from safeattn.kernels import tuning
+        for i in range(25):
+            tuning.persist("gpu", f"key {sys.argv[1]} {i}", "M64-N64-w4-s3", [("M", 1.0)])
+        """
+    )
+    env = {"SAFEATTN_TUNING_CACHE": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(n)], cwd=REPO, env=env) for n in range(4)
+    ]
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    entries = tuning.read_entries(tmp_path / "gpu.json")
+    assert len(entries) == 100
+
+
+@pytest.mark.parametrize(
+    "name", ["NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-80GB", "NVIDIA L4"]
+)
+def test_gpu_slug_is_the_asv_machine_name(name):
+    """The tables are named like the asv machines (benchmarks/run.py keeps its own copy:
+    it imports nothing outside the standard library)."""
+    sys.path.insert(0, str(REPO))
+    run = importlib.import_module("benchmarks.run")
+    assert tuning.gpu_slug(name) == run.slug(name)
+    assert tuning.gpu_slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+
+
+# --------------------------------------------------------------------------- the sweep
+
+
+def _benchmarks(module: str):
+    sys.path.insert(0, str(REPO))  # the benchmarks package lives at the repository root
+    return importlib.import_module(f"benchmarks.{module}")
+
+
+def test_neither_the_prewarm_nor_the_sweep_persists_its_choices():
+    """The prewarm's processes share the GPU (their timings are noise); the sweep keeps its
+    own majority. Both run with the cache off; the sweep also without the table, tuning on."""
+    prewarm, tune = _benchmarks("prewarm"), _benchmarks("tune")
+    assert prewarm._WORKER_ENV[tuning.CACHE_ENV] in tuning.OFF_VALUES
+    assert tune._WORKER_ENV[tuning.CACHE_ENV] in tuning.OFF_VALUES
+    assert tune._WORKER_ENV[tuning.TABLE_ENV] in tuning.OFF_VALUES
+    assert tune._WORKER_ENV["SAFEATTN_AUTOTUNE"] == "1"
+
+
+def test_the_sweep_tunes_safeattns_calls_of_the_gpu_grids(capsys):
+    """prewarm.tasks() of SpeedSuite, MaskedSpeedSuite and ModelStepSuite, safeattn only;
+    --list shows them without a GPU."""
+    tune, speed = _benchmarks("tune"), _benchmarks("speed")
+    todo = tune.tune_tasks()
+    kinds = collections.Counter(t[0] for t in todo)
+    dense = len(speed.GPU_DTYPES) * len(speed.GPU_HEAD_DIMS) * len(speed.GPU_SEQ_LENS) * 4
+    masked = len(speed.GPU_DTYPES) * len(speed.GPU_HEAD_DIMS) * len(speed.MASKS)
+    assert kinds == {"speed": dense, "masked": masked, "model": 4}
+    assert all(t[1] == "safeattn" for t in todo)
+    assert tune.main(["--list", "--kind", "model"]) == 0
+    out = capsys.readouterr().out
+    assert "[tune] model safeattn 4096 left" in out and "4 calls" in out
+
+
+def test_a_sweep_worker_reports_the_keys_it_tuned(gpu, monkeypatch):
+    """_tune_task (in-process here) runs prewarm's call and returns each key it tuned first,
+    in the tables' key text, with the tuner's times; keys it reused are not repeated."""
+    tune, prewarm = _benchmarks("tune"), _benchmarks("prewarm")
+    gpu.times = {c: 2.0 for c in CANDIDATES} | {CANDIDATES[1]: 1.0}
+    monkeypatch.setattr(prewarm, "warm", lambda task: (run_forward(gpu) and task, 0.5, ""))
+    task, _, error, new, slug = tune._tune_task(("speed", "safeattn"))
+    assert (task, error, slug) == (("speed", "safeattn"), "", GPU)
+    assert new == {key_of(): {"config": CANDIDATES[1], "times_ms": gpu.times}}
+    assert tune._tune_task(("speed", "safeattn"))[3] == {}  # same key again: nothing new
+
+
+def test_the_sweep_keeps_the_majority_and_merges_the_table(monkeypatch, tmp_path, capsys):
+    tune, common = _benchmarks("tune"), _benchmarks("_common")
+    a, b, c = CANDIDATES[:3]
+
+    def run(config, fast):
+        return {"k1": tuning.make_entry(config, [(a, 1.0 + fast), (b, 1.0), (c, 3.0)])}
+
+    runs = iter([run(a, 0.0), run(b, 0.5), run(a, 0.2)])
+    monkeypatch.setattr(
+        tune, "_one_repeat", lambda todo, r, n: (next(runs), GPU, {"triton": "3.9"}, 0)
+    )
+    monkeypatch.setattr(common, "cuda_usable", lambda: True)
+    table = tmp_path / f"{GPU}.json"
+    write_table(table, {"k0": c, "k1": b})
+    assert tune.main(["--repeats", "3", "--out", str(tmp_path), "--kind", "model"]) == 0
+    entries = tuning.read_entries(table)
+    assert entries["k0"]["config"] == c  # a key the sweep did not reach: kept
+    assert entries["k1"] == {
+        "config": a,
+        "times_ms": {a: 1.2, b: 1.0, c: 3.0},  # medians over the repeats
+        "votes": {a: 2, b: 1},
+    }
+    assert f"[tune] k1: {a} (2/3, was {b})" in capsys.readouterr().out
+    # a tie goes to the earlier candidate
+    tie = tune.vote([run(b, 0.0), run(a, 0.0)])
+    assert tie["k1"]["config"] == a
+
+
+# ------------------------------------------------- results record the configs that ran
+
+
+def test_the_gpu_suites_record_each_combinations_configs(monkeypatch, tmp_path):
+    """record_launch appends safeattn's launched configs and their sources to the file
+    benchmarks/run.py names; without one it does nothing, and it never raises."""
+    common = _benchmarks("_common")
+    launched = {
+        "forward": SimpleNamespace(config="M128-N64-w4-s3", source="table"),
+        "bwd_dq": SimpleNamespace(config="M64-N64-w4-s2"),  # a commit without sources
+    }
+    monkeypatch.setattr(launch, "launched_kernels", lambda: dict(launched))
+    monkeypatch.delenv(common.LAUNCHES_ENV, raising=False)
+    common.record_launch("speed.SpeedSuite", ("impl", "head_dim"), ("safeattn", 64))
+    path = tmp_path / "launches.jsonl"
+    monkeypatch.setenv(common.LAUNCHES_ENV, str(path))
+    common.record_launch("speed.SpeedSuite", ("impl", "head_dim"), ("safeattn", 64))
+    (line,) = path.read_text().splitlines()
+    assert json.loads(line) == {
+        "suite": "speed.SpeedSuite",
+        "params": {"impl": "safeattn", "head_dim": 64},
+        "configs": {"bwd_dq": "M64-N64-w4-s2", "forward": "M128-N64-w4-s3"},
+        "sources": {"bwd_dq": "", "forward": "table"},
+    }
+    common.record_launch("speed.SpeedSuite", ("impl",), ("safeattn", 64))  # wrong: no raise
+    assert len(path.read_text().splitlines()) == 1
+
+
+def test_run_py_keeps_the_launched_configs_in_the_commits_sidecar(tmp_path):
+    run = _benchmarks("run")
+    sha = "ab" * 20
+    machine_dir = tmp_path / "results" / "gpu"
+    machine_dir.mkdir(parents=True)
+    (machine_dir / f"{sha[:8]}-env.json").write_text(json.dumps({"commit_hash": sha}))
+    sidecar = machine_dir / f"versions-{sha}.json"
+
+    def record(mask, config):
+        return {"suite": "speed.MaskedSpeedSuite", "params": {"impl": "safeattn", "mask": mask},
+                "configs": {"forward": config}, "sources": {"forward": "table"}}  # fmt: skip
+
+    launches = tmp_path / f"launches-{sha}.jsonl"
+    lines = [json.dumps(record("bool_mask", "A")), json.dumps(record("varlen_docs", "B"))]
+    launches.write_text("\n".join([*lines, '{"torn']) + "\n")
+    assert run.write_sidecars(tmp_path / "results", "gpu", 0.0, {"gpu": None}, tmp_path) == [sha]
+    assert json.loads(sidecar.read_text())["safeattn_launches"] == [
+        record("bool_mask", "A"), record("varlen_docs", "B")
+    ]  # fmt: skip
+    # the run's last call (its temporary folder gone) keeps them; a re-measure replaces one
+    run.write_sidecars(tmp_path / "results", "gpu", 0.0, {"gpu": None})
+    launches.write_text(json.dumps(record("bool_mask", "C")) + "\n")
+    run.write_sidecars(tmp_path / "results", "gpu", 0.0, {"gpu": None}, tmp_path)
+    assert json.loads(sidecar.read_text())["safeattn_launches"] == [
+        record("bool_mask", "C"), record("varlen_docs", "B")
+    ]  # fmt: skip
