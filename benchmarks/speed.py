@@ -212,10 +212,13 @@ def _time_passes(tag: str, combo: tuple, fn, inputs: tuple, guard_compiles: bool
     before = tuner_timings() if own else {}
     with impl_context(impl):
         # Untimed: compiles, autotunes and raises here if this impl cannot run the shape.
+        # Its seconds are logged: where a suite's time goes (compiling, tuning) shows there.
+        start = time.perf_counter()
         fn(q, k, v).backward(grad_out)
         torch.cuda.synchronize()
+        first = time.perf_counter() - start
         if own:  # which configs the timed calls below run (a tuner flip shows here)
-            progress(f"[{tag}] {combo} launched {launch_note(before)}")
+            progress(f"[{tag}] {combo} first call {first:.1f} s, launched {launch_note(before)}")
             record_launch(*_SUITE_OF_TAG[tag], combo)
         graphs = dynamo_graphs() if guard_compiles else 0
 
@@ -251,13 +254,16 @@ def _model_step(impl: str, seq_len: int, padding: str) -> dict:
 
     # Untimed: compiles and autotunes; the second step's new mask objects must reuse the
     # first one's compiled graphs (checked below, around the timed steps).
+    start = time.perf_counter()
     for _ in range(2):
         loss = step()
         if not torch.isfinite(loss):
             raise FloatingPointError(f"loss is {loss.item()} ({impl}, padding={padding})")
     torch.cuda.synchronize()
+    first = time.perf_counter() - start
     if own:
-        progress(f"[model-step] {(impl, seq_len, padding)} launched {launch_note(before)}")
+        combo = (impl, seq_len, padding)
+        progress(f"[model-step] {combo} first steps {first:.1f} s, launched {launch_note(before)}")
         record_launch("speed.ModelStepSuite", MODEL_PARAM_NAMES, (impl, seq_len, padding))
     graphs = dynamo_graphs()
     times = cuda_event_samples(step, 10 if quick() else 30, grad_to_none=weights)
