@@ -11,7 +11,8 @@ import sys
 
 from safeattn.regress.results import load_results
 
-log = open(sys.argv[1]).read()
+with open(sys.argv[1]) as f:
+    log = f.read()
 head = {}
 for m in re.finditer(r"^\[speed\] (\('safeattn'.*?\)): forward=([\d.]+)ms backward=([\d.]+)ms "
                      r"fwd_bwd=([\d.]+)ms", log, re.M):
@@ -19,13 +20,15 @@ for m in re.finditer(r"^\[speed\] (\('safeattn'.*?\)): forward=([\d.]+)ms backwa
     head[combo] = dict(forward=float(m.group(2)), backward=float(m.group(3)),
                        fwd_bwd=float(m.group(4)))
 t = load_results("results").table
-t = t[(t.machine == "nvidia-h100-80gb-hbm3") & (t.suite == "speed.SpeedSuite") & (t.impl == "safeattn")]
+h100 = t.machine == "nvidia-h100-80gb-hbm3"
+t = t[h100 & (t.suite == "speed.SpeedSuite") & (t.impl == "safeattn")]
 for base in ("669e2e1", "4418cfe"):
     b = t[t.commit.str.startswith(base)]
     ratios = {}
     moved = []
     for _, r in b.iterrows():
-        combo = (r["dtype"], int(r["head_dim"]), int(r["seq_len"]), bool(r["causal"]), int(r["gqa"]))
+        combo = (r["dtype"], int(r["head_dim"]), int(r["seq_len"]), bool(r["causal"]),
+                 int(r["gqa"]))
         metric = r.metric.removesuffix("_ms")
         if combo not in head or not (r.value > 0):
             continue
