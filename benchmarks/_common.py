@@ -362,6 +362,22 @@ def sample_result(samples: list[float]) -> dict:
     return {"samples": clean, "number": 1}
 
 
+def step_peak_bytes(step, weights) -> int:
+    """Peak CUDA memory of one ``step()`` beyond what was allocated before it (weights, batch):
+    gradients of ``weights`` reset to None and the caching allocator emptied first."""
+    import torch
+
+    for p in weights:
+        p.grad = None
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    allocated = torch.cuda.memory_allocated()
+    step()
+    torch.cuda.synchronize()
+    return int(torch.cuda.max_memory_allocated() - allocated)
+
+
 def cuda_event_samples(fn, samples: int, grad_to_none=(), warmup: int = 3) -> list[float]:
     """``samples`` timings (ms) of ``fn()`` on the current CUDA stream, one CUDA-event pair
     per call, as ``triton.testing.do_bench`` times (L2 flushed before each call, listed

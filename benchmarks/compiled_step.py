@@ -215,7 +215,13 @@ def measure(steps: Steps, impl: str, mode: str, seq_len: int, padding: str, samp
     import torch
 
     from . import _llama
-    from ._common import check_no_compile, cuda_event_samples, dynamo_graphs, workloads
+    from ._common import (
+        check_no_compile,
+        cuda_event_samples,
+        dynamo_graphs,
+        step_peak_bytes,
+        workloads,
+    )
 
     cfg = workloads.MODEL
     params = _llama.init_params(cfg, "cuda", "bfloat16")
@@ -231,15 +237,7 @@ def measure(steps: Steps, impl: str, mode: str, seq_len: int, padding: str, samp
     times = cuda_event_samples(step, samples, grad_to_none=weights)
     check_no_compile(graphs, f"{impl} {mode} training step")
 
-    for p in weights:
-        p.grad = None
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    allocated = torch.cuda.memory_allocated()
-    step()
-    torch.cuda.synchronize()
-    return {"step_ms": times, "peak_bytes": int(torch.cuda.max_memory_allocated() - allocated)}
+    return {"step_ms": times, "peak_bytes": step_peak_bytes(step, weights)}
 
 
 def median(samples: list[float]) -> float:

@@ -128,6 +128,7 @@ from ._common import (
     record_launch,
     require_cuda,
     sample_result,
+    step_peak_bytes,
     tracks_metric,
     tuner_timings,
     unless_pruned,
@@ -264,20 +265,12 @@ def _model_step(impl: str, seq_len: int, padding: str) -> dict:
     if own:
         combo = (impl, seq_len, padding)
         progress(f"[model-step] {combo} first steps {first:.1f} s, launched {launch_note(before)}")
-        record_launch("speed.ModelStepSuite", MODEL_PARAM_NAMES, (impl, seq_len, padding))
+        record_launch("speed.ModelStepSuite", MODEL_PARAM_NAMES, combo)
     graphs = dynamo_graphs()
     times = cuda_event_samples(step, 10 if quick() else 30, grad_to_none=weights)
     check_no_compile(graphs, f"{impl} training step")
 
-    for p in weights:
-        p.grad = None
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    allocated = torch.cuda.memory_allocated()
-    step()
-    torch.cuda.synchronize()
-    return {"step_ms": times, "peak_bytes": int(torch.cuda.max_memory_allocated() - allocated)}
+    return {"step_ms": times, "peak_bytes": step_peak_bytes(step, weights)}
 
 
 def _step_summary(value: dict) -> str:

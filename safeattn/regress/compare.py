@@ -357,8 +357,8 @@ def compare(
     keys = ["benchmark", "param_key"] + (["env_name"] if by_env else [])
     base_map = {tuple(r[k] for k in keys): r for r in base_rows.to_dict("records")}
     head_map = {tuple(r[k] for k in keys): r for r in head_rows.to_dict("records")}
-    arch = machine_arch(loaded.machines.get(machine, {}))
     info = loaded.machines.get(machine, {})
+    arch = machine_arch(info)
     base_launches, head_launches = (launched_configs(info, sha) for sha in (base_sha, head_sha))
 
     out = []
