@@ -1,4 +1,4 @@
-"""``python -m safeattn.regress.aa``, on fake asv
+"""``python -m safeattn.regress.aa`` and the README's gate-sensitivity table, on fake asv
 results (tests/asv_helpers.write_asv_results) inside a small temporary git repository, so
 that the A/A pairs can be found from the commits' trees."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from asv_helpers import write_asv_results
 
-from safeattn.regress import aa, gate
+from safeattn.regress import aa, gate, report
 
 MACHINE = "gpu-a"
 OTHER_MACHINE = "gpu-b"  # measured c1 and c3 only: no A/A pair
@@ -254,3 +254,57 @@ def test_bad_input_exits_2(repo, tmp_path):
     assert aa.main(["--results", str(results), "--machine", MACHINE, shas["c1"], "f" * 40]) == 2
     # A machine without any A/A pair has nothing to show: not a pass.
     assert aa.main(["--results", str(results), "--machine", OTHER_MACHINE]) == 2
+
+
+# ------------------------------------------------------------------ README table
+
+
+def test_readme_table_per_machine_and_honest_without_pairs(repo):
+    results, shas = repo
+    block = report.gate_sensitivity_block(results)
+    prose = " ".join(block.split())  # paragraphs are wrapped at the README's width
+    assert f"`{MACHINE}`: 2 A/A pair(s); the gate blocks 0 of them" in prose
+    assert f"1 later commit(s) measured, in no A/A pair (newest `{UNKNOWN_SHA[:8]}`" in prose
+    assert f"| `{shas['c1'][:8]}` → `{shas['c2'][:8]}` | pass | caught (1/1 means" in block
+    assert f"No A/A pairs measured yet on `{OTHER_MACHINE}` (2 commits measured)" in prose
+    assert block.count("| `") == 2  # one row per pair, none invented
+
+
+def test_report_update_rewrites_only_the_block_asked_for(repo, tmp_path):
+    results, _ = repo
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        f"intro\n{report.START}\nold results\n{report.END}\nmiddle\n"
+        f"{report.GATE_START}\nold gate\n{report.GATE_END}\nend\n"
+    )
+    code = report.main(
+        ["--results", str(results), "--update", str(readme), "--block", "gate-sensitivity"]
+    )
+    text = readme.read_text()
+    assert code == 0 and "old results" in text and "old gate" not in text
+    assert report.readme_section(text, report.GATE_START, report.GATE_END) == (
+        report.gate_sensitivity_block(results)
+    )
+
+
+def _shallow(repo: Path) -> bool:
+    out = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--is-shallow-repository"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return out.returncode != 0 or out.stdout.strip() != "false"
+
+
+@pytest.mark.skipif(
+    _shallow(REPO),
+    reason="the A/A pairs need the repository's full git history",
+)
+def test_readme_gate_sensitivity_block_matches_results_dir():
+    readme = (REPO / "README.md").read_text()
+    fix = "python -m safeattn.regress.report --update README.md --block gate-sensitivity"
+    section = report.readme_section(readme, report.GATE_START, report.GATE_END)
+    assert section == report.gate_sensitivity_block(REPO / "results"), (
+        f"README's gate-sensitivity block is stale: run `{fix}`"
+    )
