@@ -2,9 +2,13 @@
 
     python -m safeattn.regress.report                  # print the tables for results/
     python -m safeattn.regress.report --update README.md
+    python -m safeattn.regress.report --update README.md --block gate-sensitivity
 
 The README holds the output between ``<!-- results:start -->`` and ``<!-- results:end -->``;
-``tests/test_readme.py`` checks that it matches what ``results/`` says.
+``tests/test_readme.py`` checks that it matches what ``results/`` says. Its gate section
+holds the gate's sensitivity on A/A pairs (:func:`gate_sensitivity_block`) between
+``<!-- gate-sensitivity:start -->`` and ``<!-- gate-sensitivity:end -->``, checked by
+``tests/test_aa.py``.
 """
 
 from __future__ import annotations
@@ -17,11 +21,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import workloads
+from . import aa, workloads
 from .metrics import OWN_IMPL, PEERS
 from .results import LoadedResults, load_results
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
+GATE_START, GATE_END = "<!-- gate-sensitivity:start -->", "<!-- gate-sensitivity:end -->"
 
 
 def newest_commit(loaded: LoadedResults, machine: str, suite: str) -> str | None:
@@ -276,28 +281,68 @@ def readme_block(results_dir: str | Path) -> str:
     return "\n\n".join(parts)
 
 
-def readme_section(text: str) -> str:
-    """The generated part of a README (between the markers)."""
-    m = re.search(re.escape(START) + r"\n(.*?)\n" + re.escape(END), text, re.S)
+def gate_sensitivity_block(results_dir: str | Path) -> str:
+    """The "gate sensitivity on A/A pairs" block: for each machine with results, the table of
+    :mod:`safeattn.regress.aa` over its A/A pairs found with git, or a sentence saying it
+    has none. Raises :class:`~safeattn.regress.aa.AAInputError` when git cannot run there."""
+    loaded = load_results(results_dir)
+    intro = (
+        "Gate sensitivity on A/A pairs, generated from results/ by "
+        "`python -m safeattn.regress.aa` (per GPU: `--machine M`, pairs found with git). An "
+        "A/A pair is two consecutive measured commits whose `safeattn/` and `benchmarks/` "
+        "trees are identical, so the gate should pass it; then, in a copy of the head's "
+        f"results, every safeattn speed row is made {aa.BROAD_SLOWDOWN - 1:.0%} slower, one "
+        f"row (the median-noise row: the median A/A ratio) {aa.ONE_ROW_SLOWDOWN - 1:.0%} "
+        f"slower, one safeattn non-finite rate set to {aa.PLANTED_NONFINITE_RATE:g}, and the "
+        "head's result file truncated (corrupt) or removed (missing), where the gate must "
+        "exit 2. Default policy:"
+    )
+    lines = [aa.wrap_paragraph(intro)]
+    for machine in sorted(loaded.machines):
+        pairs, checks = aa.machine_checks(results_dir, loaded, machine)
+        lines += ["", aa.render_markdown(machine, checks, pairs)]
+    return "\n".join(lines)
+
+
+def readme_section(text: str, start: str = START, end: str = END) -> str:
+    """The generated part of a README (between the markers ``start`` and ``end``)."""
+    m = re.search(re.escape(start) + r"\n(.*?)\n" + re.escape(end), text, re.S)
     if not m:
-        raise ValueError(f"no {START} ... {END} block in the README")
+        raise ValueError(f"no {start} ... {end} block in the README")
     return m.group(1)
+
+
+# --block NAME -> (start marker, end marker, generator of the block from a results dir)
+BLOCKS = {
+    "results": (START, END, readme_block),
+    "gate-sensitivity": (GATE_START, GATE_END, gate_sensitivity_block),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--results", default="results")
-    ap.add_argument("--update", metavar="README", help="rewrite the README's generated block")
+    ap.add_argument("--update", metavar="README", help="rewrite the README's generated blocks")
+    ap.add_argument(
+        "--block",
+        choices=["all", *BLOCKS],
+        default="all",
+        help="which generated block to print or rewrite (default: all)",
+    )
     args = ap.parse_args(argv)
-    block = readme_block(args.results)
+    names = list(BLOCKS) if args.block == "all" else [args.block]
+    blocks = {name: BLOCKS[name][2](args.results) for name in names}
     if not args.update:
-        print(block)
+        print("\n\n".join(blocks.values()))
         return 0
     path = Path(args.update)
     text = path.read_text()
-    old = readme_section(text)
-    path.write_text(text.replace(f"{START}\n{old}\n{END}", f"{START}\n{block}\n{END}"))
-    print(f"[report] updated {path}", file=sys.stderr)
+    for name, block in blocks.items():
+        start, end, _ = BLOCKS[name]
+        old = readme_section(text, start, end)
+        text = text.replace(f"{start}\n{old}\n{end}", f"{start}\n{block}\n{end}")
+    path.write_text(text)
+    print(f"[report] updated {path}: {', '.join(names)}", file=sys.stderr)
     return 0
 
 
