@@ -25,6 +25,8 @@ import dataclasses
 import itertools
 import math
 import operator
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -406,13 +408,47 @@ def check_attention(
 # --------------------------------------------------------------------------- varlen
 
 
+# Checked cu_seqlens values, reused while the *same* tensor object comes back with an
+# unchanged version counter (the rule of blockmask's summary cache): a model passes one
+# cu_seqlens to every layer, and each read is a host sync after which the GPU idles while
+# the rest of the call is prepared. Only values that passed the checks are stored.
+_CU_SEQLENS_CACHE: OrderedDict[tuple[int, int], tuple] = OrderedDict()
+_CU_SEQLENS_CACHE_SIZE = 16
+
+
+def _cached_cu_seqlens(cu: Tensor, total: int) -> list[int] | None:
+    """The checked values of ``cu`` (for ``total`` tokens) if this very tensor, unmodified,
+    was checked before; else None."""
+    hit = _CU_SEQLENS_CACHE.get((id(cu), total))
+    if hit is None:
+        return None
+    ref, version, values = hit
+    if ref() is not cu or version != cu._version:
+        return None
+    _CU_SEQLENS_CACHE.move_to_end((id(cu), total))
+    return list(values)
+
+
+def _remember_cu_seqlens(cu: Tensor, total: int, values: list[int]) -> None:
+    _CU_SEQLENS_CACHE[(id(cu), total)] = (weakref.ref(cu), cu._version, tuple(values))
+    while len(_CU_SEQLENS_CACHE) > _CU_SEQLENS_CACHE_SIZE:
+        _CU_SEQLENS_CACHE.popitem(last=False)
+
+
+def clear_cu_seqlens_cache() -> None:
+    """Forget every checked ``cu_seqlens`` (the next call reads and checks it again)."""
+    _CU_SEQLENS_CACHE.clear()
+
+
 def _check_cu_seqlens(
     name: str, cu: Any, total: int, total_name: str, q: Tensor
 ) -> list[int] | None:
-    """Check one cu_seqlens tensor; returns its values (one host read, accepted), or None
-    inside a compiled graph or a CUDA graph capture, where reading them would need a host
-    sync (and, in a capture, would see capture-time values, not those of a replay): only
-    the type, shape and device are checked there."""
+    """Check one cu_seqlens tensor; returns its values (one host read, accepted, and none
+    while the same tensor comes back unmodified: identity and version counter, so an
+    in-place write is seen but a write through ``.data`` is not), or None inside a compiled
+    graph or a CUDA graph capture, where reading them would need a host sync (and, in a
+    capture, would see capture-time values, not those of a replay): only the type, shape
+    and device are checked there."""
     if not isinstance(cu, Tensor):
         raise _error(
             TypeError,
@@ -443,6 +479,9 @@ def _check_cu_seqlens(
         )
     if torch.compiler.is_compiling() or capturing(cu.device):
         return None
+    cached = _cached_cu_seqlens(cu, total)
+    if cached is not None:
+        return cached
     values = cu.tolist()
     facts = {name: f"{_describe(cu)}, values={values[:12]}{' ...' if len(values) > 12 else ''}"}
     if values[0] != 0:
@@ -467,6 +506,7 @@ def _check_cu_seqlens(
             facts | {total_name: f"total tokens = {total}"},
             f"the last entry of {name} must equal {total_name}.shape[0].",
         )
+    _remember_cu_seqlens(cu, total, values)
     return values
 
 
@@ -512,7 +552,8 @@ def check_varlen(
     """Validate a packed varlen call: q (total_q, Hq, D), k/v (total_k, Hkv, D),
     cu_seqlens_* int32 (B + 1,) -> AttnProblem (varlen=True, seq_q/seq_k = max lengths).
 
-    Reads cu_seqlens on the host once to check its values, except inside a compiled graph
+    Reads cu_seqlens on the host once to check its values (not again while the same tensor
+    object comes back unmodified: see :func:`_check_cu_seqlens`), except inside a compiled graph
     (``torch.compile``) or a CUDA graph capture, where that would be a host sync: there the
     values (and max_seqlen_q/k as bounds of the lengths) are trusted.
     """

@@ -197,3 +197,42 @@ def test_sdpa_dropout_not_implemented():
     with pytest.raises(NotImplementedError) as excinfo:
         safeattn.scaled_dot_product_attention(q, q, q, dropout_p=0.1)
     assert "dropout" in str(excinfo.value)
+
+
+def test_cu_seqlens_checked_once_per_unmodified_tensor(monkeypatch):
+    """A cu_seqlens passed again unmodified is not read back again (each read is a host
+    sync); an in-place write is seen (the version counter), so a value made invalid raises
+    as on a first call; an equal but new tensor is read and checked again."""
+    from safeattn import _inputs
+
+    _inputs.clear_cu_seqlens_cache()
+    reads = []
+    real_tolist = torch.Tensor.tolist
+
+    def counting_tolist(self):
+        reads.append(self.shape)
+        return real_tolist(self)
+
+    monkeypatch.setattr(torch.Tensor, "tolist", counting_tolist)
+    args = varlen_args()
+    call_varlen(check_varlen, args)
+    assert len(reads) == 2  # cu_seqlens_q and cu_seqlens_k, once each
+    p = call_varlen(check_varlen, args)
+    assert len(reads) == 2 and (p.batch, p.seq_q, p.seq_k) == (3, 6, 7)
+
+    args["cu_seqlens_q"][1] = 7  # in place: [0, 7, 4, 10], decreasing
+    with pytest.raises(ValueError) as excinfo:
+        call_varlen(check_varlen, args)
+    assert_clear_error(excinfo, "cu_seqlens_q")
+    assert len(reads) == 3
+
+    args["cu_seqlens_q"][1] = 4  # valid again, but max_seqlen_k too small for a new k layout
+    args["cu_seqlens_k"] = torch.tensor([0, 2, 2, 12], dtype=torch.int32)  # lengths 2, 0, 10
+    with pytest.raises(ValueError) as excinfo:
+        call_varlen(check_varlen, args)
+    assert_clear_error(excinfo, "max_seqlen_k")
+
+    fresh = varlen_args()
+    before = len(reads)
+    call_varlen(check_varlen, fresh)
+    assert len(reads) == before + 2
