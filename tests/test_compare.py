@@ -439,8 +439,10 @@ def test_a_flagged_row_says_when_its_config_changed(toy, policy):
     assert speed["verdict"] == "regression"
     assert speed["reason"].endswith("; config changed: forward M128-N64-w4-s3 → M64-N64-w4-s3")
     assert "config changed" not in _row(result, SPEED, "impl=sdpa_flash head_dim=64")["reason"]
+    assert speed["config_change"] == "forward M128-N64-w4-s3 → M64-N64-w4-s3"
     plain = compare(loaded, shas["base"], shas["slow"], TOY_MACHINE, policy)
     assert "config changed" not in _row(plain, SPEED, "impl=safeattn head_dim=64")["reason"]
+    assert _row(plain, SPEED, "impl=safeattn head_dim=64")["config_change"] is None
 
 
 def test_an_unflagged_row_is_not_annotated_and_groups_count_changed_rows(toy, policy):
@@ -452,8 +454,16 @@ def test_an_unflagged_row_is_not_annotated_and_groups_count_changed_rows(toy, po
                      policy)  # fmt: skip
     speed = _row(result, SPEED, "impl=safeattn head_dim=64")
     assert speed["verdict"] == "unchanged" and "config" not in speed["reason"]
+    assert speed["config_change"] == "forward A → B"  # the column says it all the same
     rows = _speed_rows([1.04] * 16)
     for row in rows[:5]:
-        row["_config_change"] = "forward A → B"
+        row["config_change"] = "forward A → B"
     (group,) = group_rows(rows, policy)
     assert group["reason"].endswith("; 5 of 16 rows ran other configs than on base")
+    assert group["config_change"] == "5 of 16 rows ran other configs"
+    for row in rows[:5]:
+        row["config_change"] = ""  # recorded, unchanged
+    assert group_rows(rows, policy)[0]["config_change"] == ""
+    for row in rows:
+        row.pop("config_change", None)  # not recorded
+    assert group_rows(rows, policy)[0]["config_change"] is None

@@ -45,9 +45,11 @@ def test_slow_head_fails_naming_the_benchmark(toy, capsys):
     first, *rest = out.splitlines()
     assert first.startswith("## safeattn-gate: ❌ FAIL — 1 regression")
     body = "\n".join(rest)
-    assert "### Regressions and failures" in body
+    assert "### Blocking (1)" in body
     row = next(line for line in rest if SPEED in line)
     assert "regression" in row and "impl=safeattn head_dim=64" in row and "p=" in row
+    # Whether a config change explains it: the toy results record no launches.
+    assert "| unknown |" in row
     # The peer's slowdown-free row and unchanged rows are not in the blocking table.
     assert "impl=sdpa_flash" not in row
 
@@ -74,7 +76,9 @@ def test_improvement_passes_and_is_reported(toy, capsys):
                         "--head", shas["base"], "--format", "markdown")
     assert code == 0
     assert out.startswith("## safeattn-gate: ✅ PASS")
-    assert "### Improvements" in out and SPEED in out
+    # Not blocking: counted, and listed folded away.
+    assert "Not blocking: " in out and "1 improvement" in out
+    assert "<details><summary>1 improvement</summary>" in out and SPEED in out
 
 
 def test_git_refs_are_resolved(toy, capsys, monkeypatch):
@@ -241,3 +245,67 @@ def test_gate_verdict_reads_compare_rows_like_the_exit_code():
     # nothing actually compared: the gate exits 2, never passes
     assert gate_verdict(rows("new", "context", "not_comparable")) == NOTHING_COMPARED
     assert gate_verdict(rows()) == NOTHING_COMPARED
+
+
+def _report_rows(verdicts: list[tuple[str, str]], config_change=None):
+    """compare()-shaped rows: one per (verdict, benchmark)."""
+    import pandas as pd
+
+    from safeattn.regress.compare import COMPARE_COLUMNS
+
+    rows = []
+    for i, (verdict, benchmark) in enumerate(verdicts):
+        rows.append({
+            "machine": "gpu", "benchmark": benchmark, "suite": benchmark.rsplit(".", 1)[0],
+            "metric": "forward_ms", "kind": "speed", "param_key": f"impl=safeattn n={i}",
+            "params": {}, "impl": "safeattn", "peer": False, "env_name": "e",
+            "unit": "seconds", "better": "lower", "base_value": 1e-3, "head_value": 1.3e-3,
+            "base_status": "ok", "head_status": "ok", "ratio": 1.3 if verdict != "improvement"
+            else 0.8, "p_value": 1e-6, "significant": True, "test": "mann-whitney",
+            "verdict": verdict, "reason": f"reason {i}", "config_change": config_change,
+        })  # fmt: skip
+    return pd.DataFrame.from_records(rows, columns=list(COMPARE_COLUMNS))
+
+
+def _report(rows, notes=()):
+    from safeattn.regress.gate import GateReport
+
+    return GateReport(base="a" * 40, head="b" * 40, machines=["gpu"], rows=rows,
+                      policy_source="default", notes=list(notes))  # fmt: skip
+
+
+def test_a_pass_fits_a_screen_in_text():
+    """Many improvements, new rows and notes: a PASS stays within 25 lines, with counts."""
+    from safeattn.regress.gate import render_text
+
+    rows = _report_rows([("unchanged", "s.S.track_forward_ms")] * 200
+                        + [("improvement", "s.S.track_backward_ms")] * 30
+                        + [("new", "s.T.track_forward_ms")] * 50)  # fmt: skip
+    text = render_text(_report(rows, notes=[f"note {i}" for i in range(12)]))
+    lines = text.splitlines()
+    assert lines[0].startswith("safeattn-gate: PASS") and len(lines) <= 25, text
+    assert "200 unchanged, 30 improvements, 50 new rows" in text
+    assert "25 more improvements" in text and "7 more" in text
+
+
+def test_markdown_lists_only_blocking_rows_with_config_change():
+    """Verdict first; the blocking table holds only blocking rows, each saying whether a
+    config change explains it; missing rows are counted (listed folded); the rest counted."""
+    from safeattn.regress.gate import render_markdown
+
+    rows = _report_rows([("regression", "s.S.track_forward_ms")]
+                        + [("missing", "s.M.track_step_ms")] * 8
+                        + [("unchanged", "s.S.track_backward_ms")] * 40
+                        + [("improvement", "s.S.track_fwd_bwd_ms")] * 3,
+                        config_change="forward A → B")  # fmt: skip
+    out = render_markdown(_report(rows))
+    first, *_ = out.splitlines()
+    assert first.startswith("## safeattn-gate: ❌ FAIL — 1 regression, 8 missing")
+    blocking, rest = out.split("Not blocking: ", 1)
+    table = [line for line in blocking.split("<details>")[0].splitlines() if "`s." in line]
+    assert len(table) == 1 and "| yes: forward A → B |" in table[0] and "p=1e-06" in table[0]
+    assert "**Missing:** 8 measured on base, absent on head: gpu s.M 8." in blocking
+    assert "<details><summary>8 missing rows</summary>" in blocking
+    assert rest.startswith("40 unchanged, 3 improvements.")
+    assert "<details><summary>3 improvements</summary>" in rest
+    assert "track_backward_ms" not in out  # unchanged rows are only counted

@@ -89,6 +89,9 @@ COMPARE_COLUMNS: tuple[str, ...] = (
     "test",
     "verdict",
     "reason",
+    # safeattn rows: the kernels launched with another config on head ("forward A → B"),
+    # "" when the launched configs are known and the same, None when not recorded.
+    "config_change",
 )
 
 
@@ -365,6 +368,7 @@ def compare(
     for key in sorted(set(base_map) | set(head_map)):
         b, h = base_map.get(key), head_map.get(key)
         row = _judge(b, h, machine, arch, policy)
+        row[_CONFIG_CHANGE] = None
         _note_config_change(row, base_launches, head_launches)
         out.append(row)
     out += group_rows(out, policy)
@@ -416,8 +420,13 @@ def group_rows(rows: list[dict[str, Any]], policy: Policy) -> list[dict[str, Any
         else:
             verdict, reason = "unchanged", summary
         changed = sum(bool(r.get(_CONFIG_CHANGE)) for r in members)
+        known = any(r.get(_CONFIG_CHANGE) is not None for r in members)
+        change = None  # not recorded
         if changed:
-            reason += f"; {changed} of {len(members)} rows ran other configs than on base"
+            change = f"{changed} of {len(members)} rows ran other configs"
+            reason += f"; {change} than on base"
+        elif known:
+            change = ""
         out.append({
             **{c: first[c] for c in ("machine", "benchmark", "suite", "metric", "kind")},
             "param_key": GROUP_PARAM_KEY,
@@ -437,13 +446,14 @@ def group_rows(rows: list[dict[str, Any]], policy: Policy) -> list[dict[str, Any
             "test": "geomean",
             "verdict": verdict,
             "reason": reason,
+            _CONFIG_CHANGE: change,
         })
     return out
 
 
 # ---------------------------------------------------------------- launched configs
 
-_CONFIG_CHANGE = "_config_change"  # a row's key (not a column): what changed, or ""
+_CONFIG_CHANGE = "config_change"  # see COMPARE_COLUMNS
 _FLAGGED = frozenset({"failure", "regression", "improvement"})
 
 

@@ -269,12 +269,24 @@ def _fmt_significance(row: pd.Series) -> str:
     return "—"
 
 
+def _fmt_config_change(row: pd.Series) -> str:
+    """Whether a config change explains the row: "yes: forward A → B", "no", "unknown"
+    (launches not recorded) or "—" (a peer's row: safeattn's configs do not touch it)."""
+    if row["peer"]:
+        return "—"
+    change = row.get("config_change")
+    if change is None or (isinstance(change, float) and math.isnan(change)):
+        return "unknown"
+    return f"yes: {change}" if change else "no"
+
+
 def _table_rows(rows: pd.DataFrame, multi_machine: bool) -> list[list[str]]:
     out = []
     for _, r in rows.iterrows():
         cells = [r["verdict"], f"`{r['benchmark']}`", r["param_key"] or "—",
                  _fmt_value(r["base_value"], r["unit"]), _fmt_value(r["head_value"], r["unit"]),
-                 _fmt_ratio(r["ratio"]), _fmt_significance(r), r["reason"]]
+                 _fmt_ratio(r["ratio"]), _fmt_significance(r), _fmt_config_change(r),
+                 r["reason"]]  # fmt: skip
         if multi_machine:
             cells.insert(1, r["machine"])
         out.append(cells)
@@ -283,7 +295,7 @@ def _table_rows(rows: pd.DataFrame, multi_machine: bool) -> list[list[str]]:
 
 def _headers(multi_machine: bool) -> list[str]:
     cols = ["verdict", "benchmark", "parameters", "base", "head", "ratio (>1 worse)",
-            "significance", "why"]
+            "confidence", "config change", "why"]  # fmt: skip
     if multi_machine:
         cols.insert(1, "machine")
     return cols
@@ -322,11 +334,46 @@ def _sections(report: GateReport) -> dict[str, pd.DataFrame]:
     )
     improvements = rows[rows["verdict"] == "improvement"].sort_values("ratio")
     not_comparable = rows[rows["verdict"].isin(["not_comparable", "new"])]
-    return {"blocking": blocking, "improvements": improvements, "not_comparable": not_comparable}
+    return {
+        "blocking": blocking[blocking["verdict"] != "missing"],
+        "missing": blocking[blocking["verdict"] == "missing"],  # block too, shown as counts
+        "improvements": improvements,
+        "not_comparable": not_comparable,
+    }
+
+
+def _missing_summary(missing: pd.DataFrame) -> str:
+    """Vanished benchmarks as counts per machine and suite: "104 measured on base, absent
+    on head: nvidia-h100 speed.SpeedSuite 96, speed.ModelStepSuite 8"."""
+    parts = []
+    for machine, rows in missing.groupby("machine", sort=True):
+        suites = rows["benchmark"].str.rsplit(".", n=1).str[0].value_counts()
+        parts.append(f"{machine} " + ", ".join(f"{k} {v}" for k, v in suites.items()))
+    return f"{len(missing)} measured on base, absent on head: " + "; ".join(parts)
+
+
+def _rest_counts(report: GateReport) -> str:
+    """The rows that do not block, as counts: "57 unchanged, 1 improvement, ..."."""
+    counts = report.rows["verdict"].value_counts().to_dict()
+    labels = (("unchanged", "unchanged", "unchanged"),
+              ("improvement", "improvement", "improvements"),
+              ("context", "peer row (context, never blocking)", "peer rows (context, never "
+               "blocking)"),
+              ("new", "new row", "new rows"),
+              ("not_comparable", "row not comparable", "rows not comparable"))  # fmt: skip
+    parts = [f"{counts[v]} {one if counts[v] == 1 else many}"
+             for v, one, many in labels if counts.get(v)]  # fmt: skip
+    return ", ".join(parts) if parts else "no other rows"
+
+
+def _details(summary: str, body: list[str]) -> list[str]:
+    return ["<details><summary>" + summary + "</summary>", "", *body, "", "</details>", ""]
 
 
 def render_markdown(report: GateReport) -> str:
-    """A pull-request comment: verdict first, then regressions, improvements, the rest."""
+    """A pull-request comment for a reviewer: the verdict first, then only the rows that
+    block (benchmark, parameters, ratio, confidence, whether a config change explains it),
+    and everything else as counts, with the lists folded in ``<details>``."""
     multi = len(report.machines) > 1
     passed = report.exit_code == EXIT_PASS
     sections = _sections(report)
@@ -338,31 +385,36 @@ def render_markdown(report: GateReport) -> str:
         + f" · policy: {report.policy_source}",
         "",
     ]
+    n_blocking = len(sections["blocking"]) + len(sections["missing"])
+    if n_blocking:
+        lines += [f"### Blocking ({n_blocking})", ""]
     if len(sections["blocking"]):
-        lines += ["### Regressions and failures", "", *_md_table(sections["blocking"], multi)]
-        lines.append("")
+        lines += [*_md_table(sections["blocking"], multi), ""]
+    if len(sections["missing"]):
+        lines += [f"**Missing:** {_missing_summary(sections['missing'])}.", ""]
+        lines += _details(f"{len(sections['missing'])} missing rows",
+                          _md_table(sections["missing"], multi))  # fmt: skip
+    lines += [f"Not blocking: {_rest_counts(report)}.", ""]
     if len(sections["improvements"]):
-        lines += ["### Improvements", "", *_md_table(sections["improvements"], multi)]
-        lines.append("")
-    counts = report.rows["verdict"].value_counts().to_dict()
-    lines.append(
-        f"{counts.get('unchanged', 0)} unchanged, {counts.get('context', 0)} peer rows "
-        "(context, never blocking)."
-    )
-    lines.append("")
-    if len(sections["not_comparable"]) or report.notes or report.warnings:
-        lines += ["### Not comparable", ""]
-        lines += [f"- {n}" for n in report.notes + report.warnings]
-        if len(sections["not_comparable"]):
-            lines += ["", "<details><summary>"
-                      f"{len(sections['not_comparable'])} rows without a verdict</summary>", ""]
-            lines += _md_table(sections["not_comparable"], multi)
-            lines += ["", "</details>"]
+        n = len(sections["improvements"])
+        lines += _details(f"{n} improvement{'s' if n > 1 else ''}",
+                          _md_table(sections["improvements"], multi))  # fmt: skip
+    if len(sections["not_comparable"]):
+        lines += _details(f"{len(sections['not_comparable'])} rows without a verdict",
+                          _md_table(sections["not_comparable"], multi))  # fmt: skip
+    notes = report.notes + report.warnings
+    if notes:
+        lines += _details(f"{len(notes)} note{'s' if len(notes) > 1 else ''}",
+                          [f"- {n}" for n in notes])  # fmt: skip
     return "\n".join(lines).rstrip() + "\n"
 
 
+_TEXT_LIST_LIMIT = 5  # improvements and notes listed in the text format; the rest counted
+
+
 def render_text(report: GateReport) -> str:
-    """Plain text for a terminal or a CI log."""
+    """Plain text for a terminal or a CI log: the verdict, every blocking row, then the rest
+    as counts (a few improvements and notes named); a PASS fits a screen."""
     multi = len(report.machines) > 1
     passed = report.exit_code == EXIT_PASS
     sections = _sections(report)
@@ -371,18 +423,32 @@ def render_text(report: GateReport) -> str:
         f"base {report.base[:10]} -> head {report.head[:10]} on {', '.join(report.machines)}"
         f" (policy: {report.policy_source})",
     ]
-    titles = {"blocking": "Regressions and failures", "improvements": "Improvements",
-              "not_comparable": "Not comparable"}
-    for key, title in titles.items():
-        rows = sections[key]
-        if not len(rows):
-            continue
-        lines += ["", f"{title}:"]
+
+    def listed(rows: pd.DataFrame) -> list[str]:
+        out = []
         for cells in _table_rows(rows, multi):
             verdict, *rest = cells
-            lines.append(f"  [{verdict}] " + " | ".join(c.strip("`") for c in rest))
-    for note in report.notes + report.warnings:
-        lines.append(f"note: {note}")
+            out.append(f"  [{verdict}] " + " | ".join(c.strip("`") for c in rest))
+        return out
+
+    n_blocking = len(sections["blocking"]) + len(sections["missing"])
+    if n_blocking:
+        lines += ["", f"Blocking ({n_blocking}):", *listed(sections["blocking"])]
+    if len(sections["missing"]):
+        lines.append(f"  [missing] {_missing_summary(sections['missing'])}")
+    lines += ["", f"Not blocking: {_rest_counts(report)}."]
+    improvements = sections["improvements"]
+    if len(improvements):
+        lines += listed(improvements.head(_TEXT_LIST_LIMIT))
+        if len(improvements) > _TEXT_LIST_LIMIT:
+            lines.append(f"  … {len(improvements) - _TEXT_LIST_LIMIT} more improvements")
+    notes = report.notes + report.warnings
+    lines += [f"note: {n}" for n in notes[:_TEXT_LIST_LIMIT]]
+    if len(notes) > _TEXT_LIST_LIMIT:
+        lines.append(f"note: … {len(notes) - _TEXT_LIST_LIMIT} more")
+    hidden = len(sections["missing"]) + len(sections["not_comparable"])
+    if hidden or len(improvements) > _TEXT_LIST_LIMIT or len(notes) > _TEXT_LIST_LIMIT:
+        lines.append("(--format markdown or json lists every row)")
     return "\n".join(lines) + "\n"
 
 
