@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import re
@@ -35,6 +36,13 @@ from safeattn.regress.compare import (
     compare,
     load_policy,
     resolve_commit,
+)
+from safeattn.regress.confirm import (
+    DEFAULT_ROUNDS,
+    ConfirmError,
+    Measurer,
+    confirm,
+    run_py_measurer,
 )
 from safeattn.regress.results import LoadedResults, load_results
 
@@ -75,6 +83,8 @@ class GateReport:
     policy_source: str
     notes: list[str] = field(default_factory=list)  # e.g. machines with only one commit
     warnings: list[str] = field(default_factory=list)  # unreadable files of other commits
+    # --confirm: what the re-runs found (confirm.Confirmation), None when not asked for
+    confirmations: list | None = None
 
     @property
     def blocking(self) -> pd.DataFrame:
@@ -366,6 +376,23 @@ def _rest_counts(report: GateReport) -> str:
     return ", ".join(parts) if parts else "no other rows"
 
 
+def _confirm_summary(report: GateReport) -> str:
+    """--confirm's outcome in one line."""
+    found = report.confirmations or []
+    if not found:
+        return "Re-measurement (--confirm): no speed or live-resource row to re-measure."
+    cleared = sum(not c.confirmed for c in found)
+    return (f"Re-measurement (--confirm): {len(found)} flagged row(s) re-run, "
+            f"{len(found) - cleared} confirmed, {cleared} cleared.")  # fmt: skip
+
+
+def _confirm_line(c) -> str:
+    ratios = ", ".join(f"{x:.3f}×" for x in c.ratios)
+    outcome = "confirmed" if c.confirmed else "cleared"
+    return (f"{outcome}: {c.machine} `{c.benchmark}` {c.param_key} — re-run ratios {ratios} "
+            f"(blocked in {sum(c.blocked)}/{len(c.blocked)})")
+
+
 def _details(summary: str, body: list[str]) -> list[str]:
     return ["<details><summary>" + summary + "</summary>", "", *body, "", "</details>", ""]
 
@@ -395,6 +422,11 @@ def render_markdown(report: GateReport) -> str:
         lines += _details(f"{len(sections['missing'])} missing rows",
                           _md_table(sections["missing"], multi))  # fmt: skip
     lines += [f"Not blocking: {_rest_counts(report)}.", ""]
+    if report.confirmations is not None:
+        lines += [_confirm_summary(report), ""]
+        if report.confirmations:
+            lines += _details("re-measured rows", [f"- {_confirm_line(c)}"
+                                                   for c in report.confirmations])  # fmt: skip
     if len(sections["improvements"]):
         n = len(sections["improvements"])
         lines += _details(f"{n} improvement{'s' if n > 1 else ''}",
@@ -437,6 +469,8 @@ def render_text(report: GateReport) -> str:
     if len(sections["missing"]):
         lines.append(f"  [missing] {_missing_summary(sections['missing'])}")
     lines += ["", f"Not blocking: {_rest_counts(report)}."]
+    if report.confirmations is not None:
+        lines.append(_confirm_summary(report))
     improvements = sections["improvements"]
     if len(improvements):
         lines += listed(improvements.head(_TEXT_LIST_LIMIT))
@@ -470,12 +504,33 @@ def render_json(report: GateReport) -> str:
         "counts": report.rows["verdict"].value_counts().to_dict(),
         "notes": report.notes,
         "warnings": report.warnings,
+        "confirmations": None
+        if report.confirmations is None
+        else [dataclasses.asdict(c) for c in report.confirmations],
         "rows": rows,
     }
     return json.dumps(payload, indent=2, default=str) + "\n"
 
 
 RENDERERS = {"text": render_text, "markdown": render_markdown, "json": render_json}
+
+
+def _log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)  # progress: stdout holds the report only
+
+
+def confirm_report(
+    report: GateReport,
+    measure: Measurer,
+    rounds: int = DEFAULT_ROUNDS,
+    policy_path: str | Path | None = None,
+    log=_log,
+) -> GateReport:
+    """``report`` after :func:`safeattn.regress.confirm.confirm`: its speed and
+    live-resource regressions re-measured, the ones the re-run does not confirm cleared."""
+    rows, found = confirm(report.rows, report.base, report.head, measure, rounds,
+                          policy_path, log)  # fmt: skip
+    return dataclasses.replace(report, rows=rows, confirmations=found)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -493,6 +548,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--policy", default=None, help="policy TOML (default: packaged)")
     parser.add_argument("--format", choices=sorted(RENDERERS), default="text")
+    parser.add_argument(
+        "--confirm", action="store_true",
+        help="on a GPU runner: re-measure every flagged speed or live-resource row (base and "
+        "head interleaved, fresh processes) and block only where the re-run confirms it",
+    )  # fmt: skip
+    parser.add_argument(
+        "--confirm-rounds", type=int, default=DEFAULT_ROUNDS, metavar="N",
+        help=f"base/head pairs re-measured by --confirm (default {DEFAULT_ROUNDS})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--repo", default=".", help="the git checkout whose benchmarks/run.py --confirm runs"
+    )
     return parser
 
 
@@ -501,7 +568,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         report = run_gate(args.results, args.base, args.head, args.machine, args.policy)
-    except GateDataError as exc:
+        if args.confirm:
+            report = confirm_report(report, run_py_measurer(Path(args.repo), _log),
+                                    args.confirm_rounds, args.policy)  # fmt: skip
+    except (GateDataError, ConfirmError) as exc:
         print(f"safeattn-gate: error: {exc}", file=sys.stderr)
         return EXIT_DATA_ERROR
     sys.stdout.write(RENDERERS[args.format](report))

@@ -1,0 +1,130 @@
+"""safeattn-gate --confirm on the toy project's real asv results, with a fake measurer that
+"re-measures" a commit by copying the results of the commit that stands for its truth: a
+planted slowdown whose re-runs are slow again is confirmed, a false alarm whose re-runs are
+not is cleared, and what cannot be re-measured is never cleared."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from test_results import TOY_MACHINE, toy_results
+
+from safeattn.regress import gate as gate_mod
+from safeattn.regress.confirm import ConfirmError, confirmable
+from safeattn.regress.gate import EXIT_PASS, EXIT_REGRESSION, confirm_report, run_gate
+
+SPEED = "suite.SpeedSuite.time_forward"
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    return toy_results(tmp_path_factory)
+
+
+def fake_measurer(results: Path, shas: dict[str, str], truth: dict[str, str], calls: list):
+    """measure(sha, benchmarks, folder): writes the toy results of ``truth[name of sha]``
+    into ``folder`` under ``sha``, as a re-run of that commit would."""
+    names = {sha: name for name, sha in shas.items()}
+
+    def measure(sha, benchmarks, folder: Path) -> None:
+        calls.append((names[sha], folder.name, tuple(benchmarks)))
+        source = shas[truth.get(names[sha], names[sha])]
+        (folder / TOY_MACHINE).mkdir(parents=True, exist_ok=True)
+        shutil.copy(results / "benchmarks.json", folder / "benchmarks.json")
+        for path in (results / TOY_MACHINE).iterdir():
+            if path.name.startswith(source[:8]) and path.suffix == ".json":
+                data = json.loads(path.read_text())
+                data["commit_hash"] = sha
+                name = sha[:8] + path.name[8:]
+                (folder / TOY_MACHINE / name).write_text(json.dumps(data))
+            elif path.name == "machine.json":
+                shutil.copy(path, folder / TOY_MACHINE / path.name)
+
+    return measure
+
+
+def test_a_real_slowdown_is_confirmed_in_interleaved_fresh_pairs(toy):
+    results, shas = toy
+    report = run_gate(results, shas["base"], shas["slow"])
+    assert report.exit_code == EXIT_REGRESSION and len(confirmable(report.rows))
+    calls: list = []
+    checked = confirm_report(report, fake_measurer(results, shas, {}, calls), rounds=3,
+                             log=lambda line: None)  # fmt: skip
+    assert checked.exit_code == EXIT_REGRESSION
+    assert checked.confirmations and all(c.confirmed for c in checked.confirmations)
+    # Interleaved base, head, base, head, ... each pair into a folder of its own.
+    assert [(name, folder) for name, folder, _ in calls] == [
+        ("base", "pair-1"), ("slow", "pair-1"), ("base", "pair-2"), ("slow", "pair-2"),
+        ("base", "pair-3"), ("slow", "pair-3"),
+    ]  # fmt: skip
+    assert calls[0][2] == (f"^{SPEED.replace('.', chr(92) + '.')}$",)
+    blocking = checked.rows[checked.rows["verdict"] == "regression"]
+    assert blocking["reason"].str.contains("confirmed by re-measurement").all()
+    text = gate_mod.render_text(checked)
+    n = len(checked.confirmations)
+    assert f"{n} flagged row(s) re-run, {n} confirmed, 0 cleared." in text
+
+
+def test_a_false_alarm_is_cleared(toy):
+    """The results say head is slow, but head re-measured is as fast as base (its truth is
+    the 'same' commit): the row is cleared and the gate passes."""
+    results, shas = toy
+    report = run_gate(results, shas["base"], shas["slow"])
+    calls: list = []
+    measure = fake_measurer(results, shas, {"slow": "same"}, calls)
+    checked = confirm_report(report, measure, rounds=3, log=lambda line: None)
+    assert checked.exit_code == EXIT_PASS
+    assert checked.confirmations and not any(c.confirmed for c in checked.confirmations)
+    cleared = checked.rows[checked.rows["reason"].str.startswith("cleared by re-measurement")]
+    assert len(cleared) == len(checked.confirmations) and (cleared["verdict"] == "unchanged").all()
+    markdown = gate_mod.render_markdown(checked)
+    assert markdown.startswith("## safeattn-gate: ✅ PASS")
+    assert "0 confirmed, " in markdown and "cleared:" in markdown
+
+
+def test_one_slow_pair_of_three_does_not_confirm(toy):
+    """Majority: a row that blocks in only one re-run pair is cleared."""
+    results, shas = toy
+    report = run_gate(results, shas["base"], shas["slow"])
+    calls: list = []
+    real = fake_measurer(results, shas, {}, calls)
+    fast = fake_measurer(results, shas, {"slow": "same"}, calls)
+
+    def measure(sha, benchmarks, folder):
+        (real if folder.name == "pair-2" else fast)(sha, benchmarks, folder)
+
+    checked = confirm_report(report, measure, rounds=3, log=lambda line: None)
+    assert checked.exit_code == EXIT_PASS
+    assert all(c.blocked == [False, True, False] for c in checked.confirmations)
+
+
+def test_non_finite_failures_are_never_re_measured(toy):
+    results, shas = toy
+    report = run_gate(results, shas["base"], shas["nan"])
+    calls: list = []
+    checked = confirm_report(report, fake_measurer(results, shas, {"nan": "base"}, calls),
+                             log=lambda line: None)  # fmt: skip
+    assert calls == [] and checked.confirmations == []
+    assert checked.exit_code == EXIT_REGRESSION
+
+
+def test_a_failed_or_empty_re_measurement_exits_2(toy, monkeypatch, capsys):
+    results, shas = toy
+
+    def broken(repo, log):
+        def measure(sha, benchmarks, folder):
+            raise ConfirmError("re-measuring failed (run.py exit 1)")
+
+        return measure
+
+    monkeypatch.setattr(gate_mod, "run_py_measurer", broken)
+    args = ["--results", str(results), "--base", shas["base"], "--head", shas["slow"]]
+    assert gate_mod.main([*args, "--confirm"]) == 2
+    assert "re-measuring failed" in capsys.readouterr().err
+    monkeypatch.setattr(gate_mod, "run_py_measurer", lambda repo, log: lambda s, b, f: None)
+    assert gate_mod.main([*args, "--confirm"]) == 2  # nothing written: cannot clear
+    assert "wrote no results" in capsys.readouterr().err
+    assert gate_mod.main(args) == EXIT_REGRESSION  # without --confirm, nothing re-measured
