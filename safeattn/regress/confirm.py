@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from safeattn.regress.compare import BLOCKING_VERDICTS, compare, load_policy
+from safeattn.regress.compare import BLOCKING_VERDICTS, GROUP_PARAM_KEY, compare, load_policy
+from safeattn.regress.metrics import OWN_IMPL
 from safeattn.regress.results import load_results
 
 # The kinds a re-run can clear: timings, and the live resources of the kernels that ran
@@ -62,8 +63,21 @@ def confirmable(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def bench_regexes(rows: pd.DataFrame) -> list[str]:
-    """One asv ``--bench`` regex per flagged benchmark (all its parameters run)."""
-    return [f"^{re.escape(b)}$" for b in sorted(set(rows["benchmark"]))]
+    """asv ``--bench`` regexes that run just the flagged rows: asv matches a parameterised
+    benchmark as ``name(repr0, repr1, ...)``, so a row is its exact parameter combination
+    and a benchmark's group row (its geometric mean) every safeattn combination of it."""
+    out = []
+    for _, row in rows.iterrows():
+        name = re.escape(row["benchmark"])
+        params = row["params"] if isinstance(row["params"], dict) else {}
+        if row["param_key"] == GROUP_PARAM_KEY:
+            out.append(f"^{name}\\({re.escape(repr(OWN_IMPL))}, ")
+        elif params:
+            values = ", ".join(repr(v) for v in params.values())
+            out.append(f"^{name}\\({re.escape(values)}\\)$")
+        else:
+            out.append(f"^{name}$")
+    return sorted(set(out))
 
 
 def run_py_measurer(repo: Path, log: Callable[[str], None]) -> Measurer:
@@ -110,7 +124,7 @@ def confirm(
         return rows, []
     policy = load_policy(policy_path)
     regexes = bench_regexes(flagged)
-    log(f"[confirm] {len(flagged)} flagged row(s) in {len(regexes)} benchmark(s); "
+    log(f"[confirm] {len(flagged)} flagged row(s), {len(regexes)} asv selection(s); "
         f"{rounds} interleaved pair(s) of {base[:8]} (base) and {head[:8]} (head)")  # fmt: skip
     for regex in regexes:
         log(f"[confirm]   {regex}")
