@@ -43,6 +43,20 @@ from typing import Any
 # trials, and a one-slice static audit (resources.py). For checking the suite, not history.
 QUICK_ENV = "SAFEATTN_BENCH_QUICK"
 
+# One Triton cache for every benchmark process. Inductor points TRITON_CACHE_DIR at its own
+# folder (/tmp/torchinductor_<user>/triton/<device>) in a process the first time it builds a
+# Triton kernel, if the variable is unset; safeattn's kernels compiled after that go there,
+# those compiled before go to Triton's default. A prewarm worker that compiled a
+# FlexAttention peer first and a suite process that runs safeattn first then look in
+# different folders, and the suite compiles again what the prewarm built (16-48 s per
+# combination on an H100/H200). Pinned here, on import (the suites, the prewarm's and the
+# tuner's workers import this module before anything compiles), unless the user set it.
+TRITON_CACHE_ENV = "TRITON_CACHE_DIR"
+os.environ.setdefault(
+    TRITON_CACHE_ENV,
+    os.path.join(os.environ.get("TRITON_HOME") or os.path.expanduser("~"), ".triton", "cache"),
+)
+
 # A setup_cache measures a whole grid; asv's default 60 s timeout is per benchmark process.
 # The longest grid is the CPU's static audit when its key is not cached: 1,136 s on 2 cores
 # (cold Triton cache); read from the audit cache, a second.

@@ -640,3 +640,25 @@ def test_default_mode_from_a_venv_whose_base_lacks_torch(tmp_path):
         row = dict(zip(data["result_columns"], data["results"][name], strict=False))
         assert all(v is not None and v > 0 for v in row["result"]), (name, row["result"])
     print(f"venv-layout run: {time.monotonic() - start:.0f} s")
+
+
+@pytest.mark.parametrize("preset", [None, "/tmp/somewhere/else"])
+def test_benchmark_processes_share_one_triton_cache(preset, tmp_path):
+    """Importing the suites' helpers pins TRITON_CACHE_DIR (unless set), so that Inductor,
+    which otherwise moves it to its own folder in a process once it builds a kernel, and
+    safeattn compile into the same cache in the prewarm and in the suites."""
+    import os
+
+    code = (
+        "import os, benchmarks._common\n"
+        "from torch._inductor.runtime.cache_dir_utils import triton_cache_dir\n"
+        "print(os.environ['TRITON_CACHE_DIR']); print(triton_cache_dir(0))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_CACHE_DIR", "TRITON_HOME")}
+    env["HOME"] = str(tmp_path)
+    if preset:
+        env["TRITON_CACHE_DIR"] = preset
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
+                         text=True, check=True).stdout.split()  # fmt: skip
+    expected = preset or str(tmp_path / ".triton" / "cache")
+    assert out == [expected, expected]
