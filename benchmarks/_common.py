@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import json
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -239,6 +241,28 @@ def reason_of(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
+# A GPU suite measures its whole grid in setup_cache, whatever asv's --bench selected.
+# ``safeattn-gate --confirm`` re-measures only the rows it flagged: it sets this to a JSON
+# list of regexes on a combination's asv form, ``('safeattn', 'bfloat16', 128, 'varlen_docs')``
+# (asv's ``name(repr, ...)`` without the name), and the grid skips every other combination.
+ONLY_ENV = "SAFEATTN_BENCH_ONLY"
+
+
+def asv_form(combo: tuple) -> str:
+    """A combination as asv names it after the benchmark: ``(repr0, repr1, ...)``."""
+    return "(" + ", ".join(repr(value) for value in combo) + ")"
+
+
+def _only_patterns() -> list[str]:
+    text = os.environ.get(ONLY_ENV, "")
+    if not text:
+        return []
+    patterns = json.loads(text)
+    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+        raise ValueError(f"${ONLY_ENV} must be a JSON list of regexes, got {text!r}")
+    return patterns
+
+
 def measure_grid(
     tag: str,
     combos: Iterable[tuple],
@@ -253,7 +277,13 @@ def measure_grid(
     grid. ``after()`` runs after every entry (the GPU suites free cached memory there)."""
     measured: dict = {}
     grid_start = time.perf_counter()
+    only = _only_patterns()
+    skipped = 0
     for combo in combos:
+        if only and not any(re.search(p, asv_form(combo)) for p in only):
+            measured[combo] = Missing(f"not selected (${ONLY_ENV})")
+            skipped += 1
+            continue
         start = time.perf_counter()
         try:
             measured[combo] = measure(*combo)
@@ -264,6 +294,8 @@ def measure_grid(
         progress(f"[{tag}] {label(combo)}: {summary} ({time.perf_counter() - start:.1f} s)")
         if after is not None:
             after()
+    if skipped:
+        progress(f"[{tag}] {skipped} combination(s) not selected by ${ONLY_ENV}: skipped")
     progress(f"[{tag}] grid measured in {time.perf_counter() - grid_start:.0f} s")
     return measured
 

@@ -662,3 +662,17 @@ def test_benchmark_processes_share_one_triton_cache(preset, tmp_path):
                          text=True, check=True).stdout.split()  # fmt: skip
     expected = preset or str(tmp_path / ".triton" / "cache")
     assert out == [expected, expected]
+
+
+def test_grids_measure_only_the_selected_combinations(monkeypatch):
+    """$SAFEATTN_BENCH_ONLY narrows a suite's setup_cache grid; the rest is skipped (NaN)."""
+    measured = []
+    combos = [("safeattn", "bfloat16", 128), ("flex", "bfloat16", 128), ("safeattn", "float16", 64)]
+    monkeypatch.setenv(common.ONLY_ENV, json.dumps([r"^\('safeattn', 'bfloat16', 128\)$"]))
+    grid = common.measure_grid("t", combos, lambda *c: measured.append(c) or 1.0, str)
+    assert measured == [combos[0]] and grid[combos[0]] == 1.0
+    assert all(isinstance(grid[c], common.Missing) for c in combos[1:])
+    monkeypatch.delenv(common.ONLY_ENV)
+    measured.clear()
+    common.measure_grid("t", combos, lambda *c: measured.append(c) or 1.0, str)
+    assert measured == combos

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -30,8 +31,8 @@ def fake_measurer(results: Path, shas: dict[str, str], truth: dict[str, str], ca
     into ``folder`` under ``sha``, as a re-run of that commit would."""
     names = {sha: name for name, sha in shas.items()}
 
-    def measure(sha, benchmarks, folder: Path) -> None:
-        calls.append((names[sha], folder.name, tuple(benchmarks)))
+    def measure(sha, selected, folder: Path) -> None:
+        calls.append((names[sha], folder.name, selected))
         source = shas[truth.get(names[sha], names[sha])]
         (folder / TOY_MACHINE).mkdir(parents=True, exist_ok=True)
         shutil.copy(results / "benchmarks.json", folder / "benchmarks.json")
@@ -62,9 +63,12 @@ def test_a_real_slowdown_is_confirmed_in_interleaved_fresh_pairs(toy):
         ("base", "pair-3"), ("slow", "pair-3"),
     ]  # fmt: skip
     # Only the flagged parameter combinations run again (asv matches "name(reprs)").
-    selections = calls[0][2]
-    assert selections and all(re.search(x, f"{SPEED}('safeattn', 64)") for x in selections)
-    assert not any(re.search(x, f"{SPEED}('sdpa_flash', 64)") for x in selections)
+    selected = calls[0][2]
+    assert selected.benchmarks and selected.combos
+    assert all(re.search(x, f"{SPEED}('safeattn', 64)") for x in selected.benchmarks)
+    assert not any(re.search(x, f"{SPEED}('sdpa_flash', 64)") for x in selected.benchmarks)
+    assert all(re.search(x, "('safeattn', 64)") for x in selected.combos)
+    assert not any(re.search(x, "('sdpa_flash', 64)") for x in selected.combos)
     blocking = checked.rows[checked.rows["verdict"] == "regression"]
     assert blocking["reason"].str.contains("confirmed by re-measurement").all()
     text = gate_mod.render_text(checked)
@@ -97,8 +101,8 @@ def test_one_slow_pair_of_three_does_not_confirm(toy):
     real = fake_measurer(results, shas, {}, calls)
     fast = fake_measurer(results, shas, {"slow": "same"}, calls)
 
-    def measure(sha, benchmarks, folder):
-        (real if folder.name == "pair-2" else fast)(sha, benchmarks, folder)
+    def measure(sha, selected, folder):
+        (real if folder.name == "pair-2" else fast)(sha, selected, folder)
 
     checked = confirm_report(report, measure, rounds=3, log=lambda line: None)
     assert checked.exit_code == EXIT_PASS
@@ -119,7 +123,7 @@ def test_a_failed_or_empty_re_measurement_exits_2(toy, monkeypatch, capsys):
     results, shas = toy
 
     def broken(repo, log):
-        def measure(sha, benchmarks, folder):
+        def measure(sha, selected, folder):
             raise ConfirmError("re-measuring failed (run.py exit 1)")
 
         return measure
@@ -128,7 +132,31 @@ def test_a_failed_or_empty_re_measurement_exits_2(toy, monkeypatch, capsys):
     args = ["--results", str(results), "--base", shas["base"], "--head", shas["slow"]]
     assert gate_mod.main([*args, "--confirm"]) == 2
     assert "re-measuring failed" in capsys.readouterr().err
-    monkeypatch.setattr(gate_mod, "run_py_measurer", lambda repo, log: lambda s, b, f: None)
+    monkeypatch.setattr(gate_mod, "run_py_measurer", lambda repo, log: lambda s, sel, f: None)
     assert gate_mod.main([*args, "--confirm"]) == 2  # nothing written: cannot clear
     assert "wrote no results" in capsys.readouterr().err
     assert gate_mod.main(args) == EXIT_REGRESSION  # without --confirm, nothing re-measured
+
+
+def test_the_real_measurer_runs_only_the_selection(monkeypatch, tmp_path):
+    """run.py gets the asv regexes, and the grids get the combinations through
+    $SAFEATTN_BENCH_ONLY, in a fresh process per call; a failing run.py is a ConfirmError."""
+    from safeattn.regress import confirm as confirm_mod
+
+    seen = []
+
+    def fake_run(cmd, cwd, env, capture_output, text, check):
+        seen.append((cmd, cwd, env))
+        return subprocess.CompletedProcess(cmd, len(seen) - 1, "out", "err: broken")
+
+    monkeypatch.setattr(confirm_mod.subprocess, "run", fake_run)
+    selected = confirm_mod.Selection(("^a\\.b\\('safeattn', 64\\)$",), ("^\\('safeattn', 64\\)$",))
+    measure = confirm_mod.run_py_measurer(tmp_path, lambda line: None)
+    measure("f" * 40, selected, tmp_path / "pair-1")
+    cmd, cwd, env = seen[0]
+    assert cmd[1:] == ["benchmarks/run.py", "--same", "--no-prewarm", "--range", "f" * 40,
+                       "--results", str(tmp_path / "pair-1"), "--bench", selected.benchmarks[0]]
+    assert cwd == tmp_path and json.loads(env["SAFEATTN_BENCH_ONLY"]) == list(selected.combos)
+    with pytest.raises(ConfirmError, match="broken"):
+        measure("f" * 40, selected, tmp_path / "pair-2")
+

@@ -17,12 +17,14 @@ fresh process. A measurement that fails is a data error (exit 2): the gate fails
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +39,7 @@ from safeattn.regress.results import load_results
 CONFIRMABLE_KINDS = frozenset({"speed", "resource"})
 DEFAULT_ROUNDS = 3
 
-Measurer = Callable[[str, Sequence[str], Path], None]
+Measurer = Callable[[str, "Selection", Path], None]
 
 
 class ConfirmError(Exception):
@@ -62,36 +64,51 @@ def confirmable(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[mask]
 
 
-def bench_regexes(rows: pd.DataFrame) -> list[str]:
-    """asv ``--bench`` regexes that run just the flagged rows: asv matches a parameterised
-    benchmark as ``name(repr0, repr1, ...)``, so a row is its exact parameter combination
-    and a benchmark's group row (its geometric mean) every safeattn combination of it."""
-    out = []
+@dataclass(frozen=True)
+class Selection:
+    """What a re-run measures: asv ``--bench`` regexes on ``name(repr, ...)``, and the same
+    combinations as regexes on ``(repr, ...)`` for the GPU suites' grids, which measure
+    every combination in ``setup_cache`` unless ``$SAFEATTN_BENCH_ONLY`` narrows them
+    (benchmarks/_common.py)."""
+
+    benchmarks: tuple[str, ...]
+    combos: tuple[str, ...]
+
+
+def selection(rows: pd.DataFrame) -> Selection:
+    """The flagged rows only: a row is its exact parameter combination, a benchmark's group
+    row (its geometric mean) every safeattn combination of it."""
+    benches, combos = set(), set()
     for _, row in rows.iterrows():
         name = re.escape(row["benchmark"])
         params = row["params"] if isinstance(row["params"], dict) else {}
         if row["param_key"] == GROUP_PARAM_KEY:
-            out.append(f"^{name}\\({re.escape(repr(OWN_IMPL))}, ")
+            combo = f"^\\({re.escape(repr(OWN_IMPL))}, "
+            benches.add(f"^{name}{combo[1:]}")
+            combos.add(combo)
         elif params:
-            values = ", ".join(repr(v) for v in params.values())
-            out.append(f"^{name}\\({re.escape(values)}\\)$")
+            combo = "^\\(" + re.escape(", ".join(repr(v) for v in params.values())) + "\\)$"
+            benches.add(f"^{name}{combo[1:]}")
+            combos.add(combo)
         else:
-            out.append(f"^{name}$")
-    return sorted(set(out))
+            benches.add(f"^{name}$")
+    return Selection(tuple(sorted(benches)), tuple(sorted(combos)))
 
 
 def run_py_measurer(repo: Path, log: Callable[[str], None]) -> Measurer:
     """The real measurer: ``benchmarks/run.py --same --no-prewarm --range SHA --bench RE
-    --results DIR`` from ``repo``, one fresh process per call (asv starts one per
-    benchmark too), on this machine's GPU."""
+    --results DIR`` from ``repo`` with ``$SAFEATTN_BENCH_ONLY`` set to the combinations, one
+    fresh process per call (asv starts one per benchmark too), on this machine's GPU."""
 
-    def measure(sha: str, benchmarks: Sequence[str], results_dir: Path) -> None:
+    def measure(sha: str, selected: Selection, results_dir: Path) -> None:
         cmd = [sys.executable, "benchmarks/run.py", "--same", "--no-prewarm", "--range", sha,
                "--results", str(results_dir)]  # fmt: skip
-        for regex in benchmarks:
+        for regex in selected.benchmarks:
             cmd += ["--bench", regex]
+        env = dict(os.environ, SAFEATTN_BENCH_ONLY=json.dumps(list(selected.combos)))
         start = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, check=False)
+        proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True,
+                              check=False)  # fmt: skip
         log(f"[confirm]   {sha[:8]}: run.py exit {proc.returncode} "
             f"({time.perf_counter() - start:.0f} s)")  # fmt: skip
         if proc.returncode != 0:
@@ -123,17 +140,17 @@ def confirm(
     if flagged.empty:
         return rows, []
     policy = load_policy(policy_path)
-    regexes = bench_regexes(flagged)
-    log(f"[confirm] {len(flagged)} flagged row(s), {len(regexes)} asv selection(s); "
+    selected = selection(flagged)
+    log(f"[confirm] {len(flagged)} flagged row(s), {len(selected.benchmarks)} asv selection(s); "
         f"{rounds} interleaved pair(s) of {base[:8]} (base) and {head[:8]} (head)")  # fmt: skip
-    for regex in regexes:
+    for regex in selected.benchmarks:
         log(f"[confirm]   {regex}")
     per_round: list[pd.DataFrame] = []
     with tempfile.TemporaryDirectory(prefix="safeattn-confirm-", dir=workdir) as tmp:
         for r in range(rounds):
             folder = Path(tmp) / f"pair-{r + 1}"
             for sha in (base, head):  # interleaved: base, head, base, head, ...
-                measure(sha, regexes, folder)
+                measure(sha, selected, folder)
             try:
                 loaded = load_results(folder)
             except FileNotFoundError as exc:
