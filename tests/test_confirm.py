@@ -11,8 +11,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pandas as pd
 import pytest
-from test_results import TOY_MACHINE, toy_results
+from test_results import TOY_MACHINE, copy_results, toy_results
 
 from safeattn.regress import gate as gate_mod
 from safeattn.regress.confirm import ConfirmError, confirmable
@@ -26,9 +27,11 @@ def toy(tmp_path_factory):
     return toy_results(tmp_path_factory)
 
 
-def fake_measurer(results: Path, shas: dict[str, str], truth: dict[str, str], calls: list):
+def fake_measurer(results: Path, shas: dict[str, str], truth: dict[str, str], calls: list,
+                  damage=None):  # fmt: skip
     """measure(sha, benchmarks, folder): writes the toy results of ``truth[name of sha]``
-    into ``folder`` under ``sha``, as a re-run of that commit would."""
+    into ``folder`` under ``sha``, as a re-run of that commit would; ``damage(data)`` may
+    change each result file's JSON first."""
     names = {sha: name for name, sha in shas.items()}
 
     def measure(sha, selected, folder: Path) -> None:
@@ -40,6 +43,8 @@ def fake_measurer(results: Path, shas: dict[str, str], truth: dict[str, str], ca
             if path.name.startswith(source[:8]) and path.suffix == ".json":
                 data = json.loads(path.read_text())
                 data["commit_hash"] = sha
+                if damage is not None:
+                    damage(data)
                 name = sha[:8] + path.name[8:]
                 (folder / TOY_MACHINE / name).write_text(json.dumps(data))
             elif path.name == "machine.json":
@@ -73,7 +78,8 @@ def test_a_real_slowdown_is_confirmed_in_interleaved_fresh_pairs(toy):
     assert blocking["reason"].str.contains("confirmed by re-measurement").all()
     text = gate_mod.render_text(checked)
     n = len(checked.confirmations)
-    assert f"{n} flagged row(s) re-run, {n} confirmed, 0 cleared." in text
+    assert f"0 flagged rows cleared by re-measurement, {n} confirmed" in text
+    assert "blocked in 3/3 pairs: 1.9" in text and "p=" in text  # ratio and p of each pair
 
 
 def test_a_false_alarm_is_cleared(toy):
@@ -89,8 +95,12 @@ def test_a_false_alarm_is_cleared(toy):
     cleared = checked.rows[checked.rows["reason"].str.startswith("cleared by re-measurement")]
     assert len(cleared) == len(checked.confirmations) and (cleared["verdict"] == "unchanged").all()
     markdown = gate_mod.render_markdown(checked)
-    assert markdown.startswith("## safeattn-gate: ✅ PASS")
-    assert "0 confirmed, " in markdown and "cleared:" in markdown
+    assert markdown.startswith("## safeattn-gate: ✅ PASS — no regressions (1 flagged row "
+                               "cleared by re-measurement)")  # fmt: skip
+    assert "1 flagged row cleared by re-measurement, 0 confirmed" in markdown
+    details = markdown.split("<details><summary>1 cleared row</summary>", 1)[1]
+    assert f"cleared: {TOY_MACHINE} `{SPEED}` impl=safeattn head_dim=64 — first run 1.9" in details
+    assert "re-run blocked in 0/3 pairs: " in details
 
 
 def test_one_slow_pair_of_three_does_not_confirm(toy):
@@ -160,3 +170,77 @@ def test_the_real_measurer_runs_only_the_selection(monkeypatch, tmp_path):
     with pytest.raises(ConfirmError, match="broken"):
         measure("f" * 40, selected, tmp_path / "pair-2")
 
+
+
+def test_a_measurer_that_raises_anything_exits_2(toy, monkeypatch, capsys):
+    """Fail closed: an exception of any kind from the measurer (a bug, a lost GPU) is a data
+    error (exit 2), not a traceback whose exit status 1 would read as a regression."""
+    results, shas = toy
+
+    def crashing(repo, log):
+        def measure(sha, selected, folder):
+            raise RuntimeError("CUDA error: no device")
+
+        return measure
+
+    monkeypatch.setattr(gate_mod, "run_py_measurer", crashing)
+    args = ["--results", str(results), "--base", shas["base"], "--head", shas["slow"]]
+    assert gate_mod.main([*args, "--confirm"]) == 2
+    assert "RuntimeError: CUDA error: no device" in capsys.readouterr().err
+
+
+def _skip_own_speed_row(data: dict) -> None:
+    """The re-run 'measured' the flagged row as NaN (asv: skipped), e.g. a selection that
+    matched nothing: on both commits of a pair, compare() calls it not_comparable."""
+    row = data["results"].get(SPEED)
+    if row is not None:
+        row[0] = [float("nan") if i == 0 else v for i, v in enumerate(row[0])]
+
+
+def test_a_re_run_that_did_not_measure_the_row_cannot_clear_it(toy):
+    results, shas = toy
+    report = run_gate(results, shas["base"], shas["slow"])
+    measure = fake_measurer(results, shas, {"slow": "same"}, [], damage=_skip_own_speed_row)
+    with pytest.raises(ConfirmError, match=r"did not measure .*not_comparable"):
+        confirm_report(report, measure, rounds=3, log=lambda line: None)
+
+
+def test_static_audit_resources_are_never_re_measured():
+    """Resource rows with an ``arch`` parameter are cross-compiled facts; live ones (the GPU's
+    chosen config) may be re-measured, as may speed; memory never."""
+    rows = pd.DataFrame([
+        {"verdict": "regression", "kind": "resource", "params": {"arch": "sm90", "kernel": "f"}},
+        {"verdict": "regression", "kind": "resource", "params": {"kernel": "forward"}},
+        {"verdict": "regression", "kind": "speed", "params": {"impl": "safeattn"}},
+        {"verdict": "regression", "kind": "memory", "params": {"impl": "safeattn"}},
+        {"verdict": "failure", "kind": "speed", "params": {"impl": "safeattn"}},
+    ])  # fmt: skip
+    assert list(confirmable(rows).index) == [1, 2]
+
+
+def _with_launches(results: Path, shas: dict[str, str], dest: Path) -> Path:
+    """A copy of the toy results whose base and slow commits record different forward
+    configs for the flagged row (benchmarks/run.py's ``safeattn_launches`` sidecar)."""
+    copy = copy_results(results, dest)
+    for name, config in (("base", "M128-N64-w4-s3"), ("slow", "M64-N64-w4-s3")):
+        record = {"suite": "suite.SpeedSuite", "params": {"impl": "safeattn", "head_dim": 64},
+                  "configs": {"forward": config}}  # fmt: skip
+        sidecar = {"commit": shas[name], "safeattn_launches": [record]}
+        (copy / TOY_MACHINE / f"versions-{shas[name]}.json").write_text(json.dumps(sidecar))
+    return copy
+
+
+def test_a_config_change_still_explains_confirmed_and_cleared_rows(toy, tmp_path):
+    results, shas = toy
+    copy = _with_launches(results, shas, tmp_path)
+    report = run_gate(copy, shas["base"], shas["slow"])
+    change = "forward M128-N64-w4-s3 → M64-N64-w4-s3"
+    confirmed = confirm_report(report, fake_measurer(copy, shas, {}, []), log=lambda line: None)
+    markdown = gate_mod.render_markdown(confirmed)
+    row = next(line for line in markdown.splitlines() if line.startswith("| regression"))
+    assert f"| yes: {change} |" in row and f"config changed: {change}" in row
+    assert "confirmed by re-measurement" in row
+    cleared = confirm_report(report, fake_measurer(copy, shas, {"slow": "same"}, []),
+                             log=lambda line: None)  # fmt: skip
+    (reason,) = cleared.rows.loc[cleared.rows["reason"].str.startswith("cleared"), "reason"]
+    assert f"config changed: {change}" in reason

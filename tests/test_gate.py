@@ -309,3 +309,59 @@ def test_markdown_lists_only_blocking_rows_with_config_change():
     assert rest.startswith("40 unchanged, 3 improvements.")
     assert "<details><summary>3 improvements</summary>" in rest
     assert "track_backward_ms" not in out  # unchanged rows are only counted
+
+
+def _cleared(n: int):
+    """n Confirmations that cleared their row (first run 1.2x, re-runs ~1.0x)."""
+    from safeattn.regress.confirm import Confirmation
+
+    return [Confirmation("gpu", "s.S.track_forward_ms", f"impl=safeattn n={i}",
+                         ratios=[1.01, 0.99, 1.02], blocked=[False, False, False],
+                         confirmed=False, p_values=[0.4, 0.7, 0.2], first_ratio=1.2,
+                         first_p=1e-5) for i in range(n)]  # fmt: skip
+
+
+def test_a_pass_after_confirm_fits_a_screen_and_counts_the_cleared_rows():
+    """--confirm cleared 8 rows: the verdict line says so, the text counts them and names a
+    few (within the 25-line budget, with improvements and notes too); markdown folds the
+    list of cleared rows in <details>, each with its first-run and re-run evidence."""
+    import dataclasses
+
+    from safeattn.regress.gate import render_markdown, render_text
+
+    rows = _report_rows([("unchanged", "s.S.track_forward_ms")] * 200
+                        + [("improvement", "s.S.track_backward_ms")] * 30)  # fmt: skip
+    report = dataclasses.replace(_report(rows, notes=[f"note {i}" for i in range(12)]),
+                                 confirmations=_cleared(8))  # fmt: skip
+    text = render_text(report)
+    lines = text.splitlines()
+    assert lines[0] == (
+        "safeattn-gate: PASS — no regressions (8 flagged rows cleared by re-measurement)"
+    )
+    assert len(lines) <= 25, text
+    assert "8 flagged rows cleared by re-measurement, 0 confirmed" in text
+    assert "… 3 more cleared rows" in text
+    markdown = render_markdown(report)
+    assert markdown.startswith("## safeattn-gate: ✅ PASS — no regressions (8 flagged rows")
+    assert "### Blocking" not in markdown
+    details = markdown.split("<details><summary>8 cleared rows</summary>", 1)[1]
+    listed = details.split("</details>", 1)[0]
+    assert listed.count("- cleared: gpu `s.S.track_forward_ms`") == 8
+    assert "first run 1.200× p=1e-05; re-run blocked in 0/3 pairs: 1.010× p=0.4" in listed
+
+
+def test_markdown_after_confirm_lists_blocking_rows_before_any_count():
+    """A confirmed regression stays in the blocking table, above the counts and the folded
+    lists of cleared rows."""
+    import dataclasses
+
+    from safeattn.regress.gate import render_markdown
+
+    rows = _report_rows([("regression", "s.S.track_forward_ms")]
+                        + [("unchanged", "s.S.track_backward_ms")] * 20)  # fmt: skip
+    report = dataclasses.replace(_report(rows), confirmations=_cleared(2))
+    out = render_markdown(report)
+    assert out.startswith("## safeattn-gate: ❌ FAIL — 1 regression (2 flagged rows cleared")
+    table_at = out.index("| regression | `s.S.track_forward_ms`")
+    assert out.index("### Blocking (1)") < table_at < out.index("Not blocking: 20 unchanged")
+    assert table_at < out.index("<details><summary>2 cleared rows</summary>")

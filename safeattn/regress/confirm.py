@@ -7,17 +7,19 @@ regression the comparison flags is measured again: base and head in fresh proces
 interleaved (base, head, base, head, ...), ``rounds`` pairs, each pair into its own results
 folder and compared with the same policy. A row still blocks only if it blocks in a majority
 of the re-run pairs; otherwise it is *cleared* (its verdict becomes ``unchanged``, its reason
-says so). Failures, vanished benchmarks, non-finite rates, memory and every other kind are
-never cleared: re-measuring cannot make them acceptable.
+says so). Failures, vanished benchmarks, non-finite rates, memory, the static audit's
+resources and every other kind are never cleared: re-measuring cannot make them acceptable.
 
-The measuring is one function, ``measure(sha, benchmarks, results_dir)``; the real one
+The measuring is one function, ``measure(sha, selection, results_dir)``; the real one
 (:func:`run_py_measurer`) runs ``benchmarks/run.py --same --range <sha> --bench <regex>`` in a
-fresh process. A measurement that fails is a data error (exit 2): the gate fails closed.
+fresh process, the tests pass a fake. A measurement that fails, or a re-run that lacks a
+flagged row on either commit, is a data error (exit 2): the gate fails closed.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -25,7 +27,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -37,6 +39,10 @@ from safeattn.regress.results import load_results
 # The kinds a re-run can clear: timings, and the live resources of the kernels that ran
 # (which depend on the config the tuner chose in that process).
 CONFIRMABLE_KINDS = frozenset({"speed", "resource"})
+# A re-run pair's verdicts that mean the row was measured on both commits and compared
+# ("failure": it broke on head in the re-run, which blocks). Anything else (skipped or
+# failed on both, absent on one side) is no evidence, and must not clear a row.
+_MEASURED_VERDICTS = frozenset({"regression", "improvement", "unchanged", "failure"})
 DEFAULT_ROUNDS = 3
 
 Measurer = Callable[[str, "Selection", Path], None]
@@ -56,11 +62,34 @@ class Confirmation:
     ratios: list[float]  # head / base per re-run pair (direction-aware, > 1 worse)
     blocked: list[bool]  # whether the row blocked in each pair
     confirmed: bool
+    # Mann-Whitney p per pair (NaN where the row has no test: resources, geometric means)
+    p_values: list[float] = field(default_factory=list)
+    first_ratio: float = math.nan  # what the comparison being confirmed found
+    first_p: float = math.nan
+
+    def first_run(self) -> str:
+        """``"1.210× p=1e-05"``: the flagged comparison's ratio and p."""
+        p = "" if math.isnan(self.first_p) else f" {_p_text(self.first_p)}"
+        return _ratio_text(self.first_ratio) + p
+
+    def evidence(self) -> str:
+        """``"blocked in 3/3 pairs: 1.21× p=0.0001, ..."`` for logs and reports."""
+        pairs = ", ".join(
+            _ratio_text(ratio) + ("" if math.isnan(p) else f" {_p_text(p)}")
+            for ratio, p in zip(self.ratios, self.p_values or [math.nan] * len(self.ratios),
+                                strict=True)
+        )  # fmt: skip
+        return f"blocked in {sum(self.blocked)}/{len(self.blocked)} pairs: {pairs}"
 
 
 def confirmable(rows: pd.DataFrame) -> pd.DataFrame:
-    """The blocking rows a re-run may clear: regressions of speed or live resources."""
-    mask = (rows["verdict"] == "regression") & rows["kind"].isin(CONFIRMABLE_KINDS)
+    """The blocking rows a re-run may clear: regressions of speed or *live* resources.
+
+    A resource row with an ``arch`` parameter is the static audit's (cross-compiled for that
+    architecture, resources.StaticAuditSuite): a compile-time fact that no re-run changes.
+    """
+    static = rows["params"].map(lambda p: isinstance(p, dict) and "arch" in p)
+    mask = (rows["verdict"] == "regression") & rows["kind"].isin(CONFIRMABLE_KINDS) & ~static
     return rows[mask]
 
 
@@ -106,11 +135,9 @@ def run_py_measurer(repo: Path, log: Callable[[str], None]) -> Measurer:
         for regex in selected.benchmarks:
             cmd += ["--bench", regex]
         env = dict(os.environ, SAFEATTN_BENCH_ONLY=json.dumps(list(selected.combos)))
-        start = time.perf_counter()
+        log(f"[confirm]   $ {' '.join(cmd[1:])}")
         proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True,
                               check=False)  # fmt: skip
-        log(f"[confirm]   {sha[:8]}: run.py exit {proc.returncode} "
-            f"({time.perf_counter() - start:.0f} s)")  # fmt: skip
         if proc.returncode != 0:
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
             raise ConfirmError(f"re-measuring {sha[:8]} failed (run.py exit "
@@ -132,7 +159,9 @@ def confirm(
     """Re-measure the confirmable rows of ``rows`` (compare() rows of base -> head) and
     return (the rows with cleared ones turned ``unchanged``, one Confirmation per re-run
     row). ``rounds`` base/head pairs, interleaved; a row is confirmed when it blocks in more
-    than half of them. Raises ConfirmError when a measurement fails or a re-run lacks a row.
+    than half of them. Raises ConfirmError when a measurement fails (whatever it raises) or
+    a re-run pair did not measure a row on both commits: the gate then exits 2, it never
+    clears a row on a measurement it does not have.
     """
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
@@ -141,56 +170,105 @@ def confirm(
         return rows, []
     policy = load_policy(policy_path)
     selected = selection(flagged)
-    log(f"[confirm] {len(flagged)} flagged row(s), {len(selected.benchmarks)} asv selection(s); "
-        f"{rounds} interleaved pair(s) of {base[:8]} (base) and {head[:8]} (head)")  # fmt: skip
-    for regex in selected.benchmarks:
-        log(f"[confirm]   {regex}")
+    log(f"[confirm] re-measuring {len(flagged)} flagged row(s): {rounds} interleaved pair(s) "
+        f"of {base[:8]} (base) and {head[:8]} (head), each commit in a fresh process")  # fmt: skip
+    for _, row in flagged.iterrows():
+        p = "" if math.isnan(row["p_value"]) else f" {_p_text(row['p_value'])}"
+        log(f"[confirm]   {row['machine']} {row['benchmark']} [{row['param_key']}]: "
+            f"first run {_ratio_text(row['ratio'])}{p}")  # fmt: skip
+    log("[confirm]   asv --bench: " + " ".join(selected.benchmarks))
     per_round: list[pd.DataFrame] = []
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="safeattn-confirm-", dir=workdir) as tmp:
         for r in range(rounds):
             folder = Path(tmp) / f"pair-{r + 1}"
-            for sha in (base, head):  # interleaved: base, head, base, head, ...
-                measure(sha, selected, folder)
-            try:
-                loaded = load_results(folder)
-            except FileNotFoundError as exc:
-                raise ConfirmError(f"re-run pair {r + 1} wrote no results: {exc}") from exc
-            frames = []
-            for machine in sorted(set(flagged["machine"])):
-                try:
-                    frames.append(compare(loaded, base, head, machine, policy))
-                except ValueError as exc:
-                    raise ConfirmError(f"re-run pair {r + 1}: {exc}") from exc
-            per_round.append(pd.concat(frames, ignore_index=True))
+            for label, sha in (("base", base), ("head", head)):  # base, head, base, head, ...
+                _measure_once(measure, sha, selected, folder, f"pair {r + 1}/{rounds} {label}",
+                              log)  # fmt: skip
+            per_round.append(_compare_pair(folder, base, head, flagged, policy, r))
+    log(f"[confirm] {2 * rounds} measurement(s) in {time.perf_counter() - started:.0f} s")
 
     found: list[Confirmation] = []
     out = rows.copy()
     for index, row in flagged.iterrows():
-        ratios, blocked = [], []
-        for r, again in enumerate(per_round):
-            match = again[(again["machine"] == row["machine"])
-                          & (again["benchmark"] == row["benchmark"])
-                          & (again["param_key"] == row["param_key"])]  # fmt: skip
-            if match.empty:
-                raise ConfirmError(
-                    f"re-run pair {r + 1} has no {row['benchmark']} [{row['param_key']}] on "
-                    f"{row['machine']}: cannot confirm or clear it"
-                )
-            ratios.append(float(match["ratio"].iloc[0]))
-            blocked.append(bool(match["verdict"].isin(BLOCKING_VERDICTS).iloc[0]))
-        confirmed = sum(blocked) * 2 > len(blocked)
-        found.append(Confirmation(row["machine"], row["benchmark"], row["param_key"], ratios,
-                                  blocked, confirmed))  # fmt: skip
-        shown = ", ".join(f"{x:.3f}×" for x in ratios)
-        outcome = "CONFIRMED" if confirmed else "cleared"
-        log(f"[confirm] {outcome}: {row['benchmark']} [{row['param_key']}] on "
-            f"{row['machine']}: re-run ratios {shown}, blocked in {sum(blocked)}/{len(blocked)}")
-        if confirmed:
+        c = decide(row, per_round)
+        found.append(c)
+        log(f"[confirm] {'CONFIRMED' if c.confirmed else 'cleared'}: {c.benchmark} "
+            f"[{c.param_key}] on {c.machine}: {c.evidence()}")  # fmt: skip
+        if c.confirmed:
             out.at[index, "reason"] = (f"{row['reason']}; confirmed by re-measurement "
-                                       f"({sum(blocked)}/{len(blocked)} pairs, {shown})")
+                                       f"({c.evidence()})")  # fmt: skip
         else:
             out.at[index, "verdict"] = "unchanged"
-            out.at[index, "reason"] = (f"cleared by re-measurement ({sum(blocked)}/"
-                                       f"{len(blocked)} pairs blocked, {shown}); "
+            out.at[index, "reason"] = (f"cleared by re-measurement ({c.evidence()}); "
                                        f"first run: {row['reason']}")  # fmt: skip
     return out, found
+
+
+def _measure_once(
+    measure: Measurer, sha: str, selected: Selection, folder: Path, what: str,
+    log: Callable[[str], None],
+) -> None:  # fmt: skip
+    """One measurement; any exception becomes a ConfirmError: a measurer that breaks (a
+    missing GPU, a crashed process, a bug) must give exit 2, never a traceback's exit 1
+    that reads as "regression"."""
+    start = time.perf_counter()
+    try:
+        measure(sha, selected, folder)
+    except ConfirmError:
+        raise
+    except Exception as exc:
+        raise ConfirmError(f"re-measuring {sha[:8]} ({what}) failed: "
+                           f"{type(exc).__name__}: {exc}") from exc  # fmt: skip
+    log(f"[confirm]   {what} {sha[:8]}: {time.perf_counter() - start:.0f} s")
+
+
+def _compare_pair(
+    folder: Path, base: str, head: str, flagged: pd.DataFrame, policy, r: int
+) -> pd.DataFrame:
+    """compare() of one re-run pair's folder, on every machine of the flagged rows."""
+    try:
+        loaded = load_results(folder)
+    except FileNotFoundError as exc:
+        raise ConfirmError(f"re-run pair {r + 1} wrote no results: {exc}") from exc
+    frames = []
+    for machine in sorted(set(flagged["machine"])):
+        try:
+            frames.append(compare(loaded, base, head, machine, policy))
+        except ValueError as exc:
+            raise ConfirmError(f"re-run pair {r + 1}: {exc}") from exc
+    return pd.concat(frames, ignore_index=True)
+
+
+def decide(row: pd.Series, per_round: list[pd.DataFrame]) -> Confirmation:
+    """The re-runs' verdict on one flagged row: confirmed when the row blocks in more than
+    half of ``per_round`` (compare() rows of each re-run pair). A pair in which the row was
+    not compared on both commits (absent, skipped or failed on both, absent on one) raises
+    ConfirmError: it is no evidence either way."""
+    ratios, p_values, blocked = [], [], []
+    for r, again in enumerate(per_round):
+        match = again[(again["machine"] == row["machine"])
+                      & (again["benchmark"] == row["benchmark"])
+                      & (again["param_key"] == row["param_key"])]  # fmt: skip
+        verdict = match["verdict"].iloc[0] if len(match) else None
+        if verdict not in _MEASURED_VERDICTS:
+            got = f"verdict {verdict}: {match['reason'].iloc[0]}" if len(match) else "absent"
+            raise ConfirmError(
+                f"re-run pair {r + 1} did not measure {row['benchmark']} [{row['param_key']}] "
+                f"on {row['machine']} on both commits ({got}): cannot confirm or clear it"
+            )
+        ratios.append(float(match["ratio"].iloc[0]))
+        p_values.append(float(match["p_value"].iloc[0]))
+        blocked.append(verdict in BLOCKING_VERDICTS)
+    confirmed = sum(blocked) * 2 > len(blocked)
+    return Confirmation(row["machine"], row["benchmark"], row["param_key"], ratios, blocked,
+                        confirmed, p_values, float(row["ratio"]),
+                        float(row["p_value"]))  # fmt: skip
+
+
+def _ratio_text(ratio: float) -> str:
+    return "—" if not isinstance(ratio, float) or math.isnan(ratio) else f"{ratio:.3f}×"
+
+
+def _p_text(p: float) -> str:
+    return "no test" if not isinstance(p, float) or math.isnan(p) else f"p={p:.2g}"

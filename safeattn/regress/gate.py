@@ -39,6 +39,7 @@ from safeattn.regress.compare import (
 )
 from safeattn.regress.confirm import (
     DEFAULT_ROUNDS,
+    Confirmation,
     ConfirmError,
     Measurer,
     confirm,
@@ -83,8 +84,8 @@ class GateReport:
     policy_source: str
     notes: list[str] = field(default_factory=list)  # e.g. machines with only one commit
     warnings: list[str] = field(default_factory=list)  # unreadable files of other commits
-    # --confirm: what the re-runs found (confirm.Confirmation), None when not asked for
-    confirmations: list | None = None
+    # --confirm: what the re-runs found, one per re-measured row; None when not asked for
+    confirmations: list[Confirmation] | None = None
 
     @property
     def blocking(self) -> pd.DataFrame:
@@ -333,7 +334,11 @@ def _verdict_summary(report: GateReport) -> str:
         for v in ("regression", "failure", "missing")
         if v in counts
     ]
-    return ", ".join(parts) if parts else "no regressions"
+    summary = ", ".join(parts) if parts else "no regressions"
+    cleared = sum(not c.confirmed for c in report.confirmations or [])
+    if cleared:  # a PASS that --confirm made: say so in the verdict line
+        summary += f" ({cleared} flagged row{'s' if cleared > 1 else ''} cleared by re-measurement)"
+    return summary
 
 
 def _sections(report: GateReport) -> dict[str, pd.DataFrame]:
@@ -377,20 +382,24 @@ def _rest_counts(report: GateReport) -> str:
 
 
 def _confirm_summary(report: GateReport) -> str:
-    """--confirm's outcome in one line."""
+    """--confirm's outcome in one line: "2 flagged rows cleared by re-measurement, 1
+    confirmed (3 interleaved pairs each)"."""
     found = report.confirmations or []
     if not found:
-        return "Re-measurement (--confirm): no speed or live-resource row to re-measure."
+        return "Re-measurement (--confirm): no speed or live-resource regression to re-measure."
     cleared = sum(not c.confirmed for c in found)
-    return (f"Re-measurement (--confirm): {len(found)} flagged row(s) re-run, "
-            f"{len(found) - cleared} confirmed, {cleared} cleared.")  # fmt: skip
+    rounds = max(len(c.ratios) for c in found)
+    return (f"Re-measurement (--confirm): {cleared} flagged row{'s' if cleared != 1 else ''} "
+            f"cleared by re-measurement, {len(found) - cleared} confirmed ({rounds} "
+            f"interleaved base/head pair{'s' if rounds != 1 else ''} each).")  # fmt: skip
 
 
-def _confirm_line(c) -> str:
-    ratios = ", ".join(f"{x:.3f}×" for x in c.ratios)
+def _confirm_line(c: Confirmation) -> str:
+    """One re-measured row: "cleared: nvidia-h100 `speed.S.track_forward_ms` impl=... — first
+    run 1.210× p=1e-05; re-run blocked in 0/3 pairs: 1.003× p=0.6, ..."."""
     outcome = "confirmed" if c.confirmed else "cleared"
-    return (f"{outcome}: {c.machine} `{c.benchmark}` {c.param_key} — re-run ratios {ratios} "
-            f"(blocked in {sum(c.blocked)}/{len(c.blocked)})")
+    return (f"{outcome}: {c.machine} `{c.benchmark}` {c.param_key} — first run "
+            f"{c.first_run()}; re-run {c.evidence()}")
 
 
 def _details(summary: str, body: list[str]) -> list[str]:
@@ -424,9 +433,10 @@ def render_markdown(report: GateReport) -> str:
     lines += [f"Not blocking: {_rest_counts(report)}.", ""]
     if report.confirmations is not None:
         lines += [_confirm_summary(report), ""]
-        if report.confirmations:
-            lines += _details("re-measured rows", [f"- {_confirm_line(c)}"
-                                                   for c in report.confirmations])  # fmt: skip
+        cleared = [c for c in report.confirmations if not c.confirmed]
+        if cleared:
+            lines += _details(f"{len(cleared)} cleared row{'s' if len(cleared) > 1 else ''}",
+                              [f"- {_confirm_line(c)}" for c in cleared])  # fmt: skip
     if len(sections["improvements"]):
         n = len(sections["improvements"])
         lines += _details(f"{n} improvement{'s' if n > 1 else ''}",
@@ -469,8 +479,12 @@ def render_text(report: GateReport) -> str:
     if len(sections["missing"]):
         lines.append(f"  [missing] {_missing_summary(sections['missing'])}")
     lines += ["", f"Not blocking: {_rest_counts(report)}."]
+    cleared = [c for c in report.confirmations or [] if not c.confirmed]
     if report.confirmations is not None:
         lines.append(_confirm_summary(report))
+        lines += [f"  {_confirm_line(c)}".replace("`", "") for c in cleared[:_TEXT_LIST_LIMIT]]
+        if len(cleared) > _TEXT_LIST_LIMIT:
+            lines.append(f"  … {len(cleared) - _TEXT_LIST_LIMIT} more cleared rows")
     improvements = sections["improvements"]
     if len(improvements):
         lines += listed(improvements.head(_TEXT_LIST_LIMIT))
@@ -481,7 +495,8 @@ def render_text(report: GateReport) -> str:
     if len(notes) > _TEXT_LIST_LIMIT:
         lines.append(f"note: … {len(notes) - _TEXT_LIST_LIMIT} more")
     hidden = len(sections["missing"]) + len(sections["not_comparable"])
-    if hidden or len(improvements) > _TEXT_LIST_LIMIT or len(notes) > _TEXT_LIST_LIMIT:
+    cut = max(len(improvements), len(notes), len(cleared)) > _TEXT_LIST_LIMIT
+    if hidden or cut:
         lines.append("(--format markdown or json lists every row)")
     return "\n".join(lines) + "\n"
 
@@ -506,10 +521,18 @@ def render_json(report: GateReport) -> str:
         "warnings": report.warnings,
         "confirmations": None
         if report.confirmations is None
-        else [dataclasses.asdict(c) for c in report.confirmations],
+        else [_clean_confirmation(c, clean) for c in report.confirmations],
         "rows": rows,
     }
     return json.dumps(payload, indent=2, default=str) + "\n"
+
+
+def _clean_confirmation(c: Confirmation, clean) -> dict[str, Any]:
+    """A Confirmation as JSON values (its NaN p-values -> null)."""
+    return {
+        k: [clean(x) for x in v] if isinstance(v, list) else clean(v)
+        for k, v in dataclasses.asdict(c).items()
+    }
 
 
 RENDERERS = {"text": render_text, "markdown": render_markdown, "json": render_json}
