@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -20,6 +21,7 @@ from safeattn.regress.confirm import ConfirmError, confirmable
 from safeattn.regress.gate import EXIT_PASS, EXIT_REGRESSION, confirm_report, run_gate
 
 SPEED = "suite.SpeedSuite.time_forward"
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -164,12 +166,20 @@ def test_the_real_measurer_runs_only_the_selection(monkeypatch, tmp_path):
     measure = confirm_mod.run_py_measurer(tmp_path, lambda line: None)
     measure("f" * 40, selected, tmp_path / "pair-1")
     cmd, cwd, env = seen[0]
-    assert cmd[1:] == ["benchmarks/run.py", "--same", "--no-prewarm", "--range", "f" * 40,
-                       "--results", str(tmp_path / "pair-1"), "--bench", selected.benchmarks[0]]
+    assert cmd[1:] == [
+        "benchmarks/run.py",
+        "--same",
+        "--no-prewarm",
+        "--range",
+        "f" * 40,
+        "--results",
+        str(tmp_path / "pair-1"),
+        "--bench",
+        selected.benchmarks[0],
+    ]
     assert cwd == tmp_path and json.loads(env["SAFEATTN_BENCH_ONLY"]) == list(selected.combos)
     with pytest.raises(ConfirmError, match="broken"):
         measure("f" * 40, selected, tmp_path / "pair-2")
-
 
 
 def test_a_measurer_that_raises_anything_exits_2(toy, monkeypatch, capsys):
@@ -244,3 +254,85 @@ def test_a_config_change_still_explains_confirmed_and_cleared_rows(toy, tmp_path
                              log=lambda line: None)  # fmt: skip
     (reason,) = cleared.rows.loc[cleared.rows["reason"].str.startswith("cleared"), "reason"]
     assert f"config changed: {change}" in reason
+
+
+# ------------------------------------------------------- benchmarks/confirm_demo.py
+
+
+def _demo():
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))  # the benchmarks package lives at the repository root
+    from benchmarks import confirm_demo
+
+    return confirm_demo
+
+
+def test_the_demo_plants_a_false_alarm_the_gate_flags(toy, tmp_path):
+    """The demo's plant: one measured combination of a result file made 20 % slower (value,
+    CI, quartiles, samples), combinations not measured (NaN) left alone; the gate, which
+    passes the real pair, then flags the row."""
+    demo = _demo()
+    results, shas = toy
+    copy = copy_results(results, tmp_path)
+    same = demo.result_file_of(copy, shas["same"])
+    data = json.loads(same.read_text())
+    row = data["results"][SPEED]
+    before = list(row[0])
+    row[0][1] = float("nan")  # sdpa_flash not measured, as in a --bench selection
+    same.write_text(json.dumps(data))
+    assert demo.plant_slowdown(same, SPEED, 1.2) == 1
+    after = json.loads(same.read_text())["results"][SPEED]
+    samples = data["results"][SPEED][data["result_columns"].index("samples")][0]
+    assert after[0][0] == pytest.approx(before[0] * 1.2)
+    assert after[data["result_columns"].index("samples")][0] == pytest.approx(
+        [s * 1.2 for s in samples]
+    )
+    report = run_gate(copy, shas["base"], shas["same"])
+    (flagged,) = confirmable(report.rows).itertuples()
+    assert flagged.benchmark == SPEED and flagged.param_key == "impl=safeattn head_dim=64"
+
+
+def test_the_demo_reads_what_the_gate_logs(toy):
+    """The demo's table quotes the gate's [confirm] lines: parsed from a real confirm() log,
+    and a run counts as expected only with the matching finding."""
+    demo = _demo()
+    results, shas = toy
+    report = run_gate(results, shas["base"], shas["slow"])
+    lines: list[str] = []
+    confirm_report(report, fake_measurer(results, shas, {}, []), rounds=3, log=lines.append)
+    (found,) = demo.confirm_lines("\n".join(lines))
+    assert found.startswith("CONFIRMED (blocked in 3/3 pairs: 1.9") and "p=" in found
+    assert demo.as_expected(1, 1, True, found)
+    assert not demo.as_expected(1, 1, True, "cleared (blocked in 0/3 pairs)")
+    assert not demo.as_expected(0, 1, False, "-") and demo.as_expected(0, 0, False, "-")
+
+
+def test_the_demo_commits_a_slow_head_and_an_identical_one(tmp_path):
+    """slow changes only safeattn/api.py (an extra forward launch), same has base's tree, the
+    working tree is left at base and asv's branch exists."""
+    demo = _demo()
+    repo = tmp_path / "repo"
+    (repo / "safeattn").mkdir(parents=True)
+    (repo / "safeattn" / "api.py").write_text("def attention(q, k, v, **kwargs):\n    return q\n")
+    demo.git(repo, "init", "-q", "-b", "work")
+    demo.git(repo, "add", "-A")
+    demo.git(repo, "commit", "-q", "-m", "base")
+    shas = demo.make_commits(repo)
+    tree = {name: demo.git(repo, "rev-parse", f"{sha}^{{tree}}") for name, sha in shas.items()}
+    assert tree["same"] == tree["base"] != tree["slow"]
+    changed = demo.git(repo, "diff", "--name-only", shas["base"], shas["slow"])
+    assert changed == "safeattn/api.py"
+    head, main = (demo.git(repo, "rev-parse", ref) for ref in ("HEAD", "main"))
+    assert head == main == shas["base"]
+    namespace: dict = {}
+    exec(demo.git(repo, "show", f"{shas['slow']}:safeattn/api.py"), namespace)
+    calls = []
+
+    class Tensor:
+        def detach(self):
+            calls.append("extra launch")
+            return self
+
+    namespace["_attention_once"] = lambda q, k, v, **kwargs: calls.append("call") or q
+    namespace["attention"](Tensor(), Tensor(), Tensor(), causal=True)
+    assert calls.count("call") == 2  # every call runs the attention twice
