@@ -31,16 +31,26 @@ def gate(capsys, *args: str) -> tuple[int, str, str]:
 
 def test_unchanged_head_passes(toy, capsys):
     results, shas = toy
-    code, out, err = gate(capsys, "--results", str(results), "--base", shas["base"],
-                          "--head", shas["same"])
+    code, out, err = gate(
+        capsys, "--results", str(results), "--base", shas["base"], "--head", shas["same"]
+    )
     assert code == 0, out + err
     assert out.startswith("safeattn-gate: PASS")
 
 
 def test_slow_head_fails_naming_the_benchmark(toy, capsys):
     results, shas = toy
-    code, out, _ = gate(capsys, "--results", str(results), "--base", shas["base"][:8],
-                        "--head", shas["slow"][:8], "--format", "markdown")
+    code, out, _ = gate(
+        capsys,
+        "--results",
+        str(results),
+        "--base",
+        shas["base"][:8],
+        "--head",
+        shas["slow"][:8],
+        "--format",
+        "markdown",
+    )
     assert code == 1
     first, *rest = out.splitlines()
     assert first.startswith("## safeattn-gate: ❌ FAIL — 1 regression")
@@ -72,8 +82,17 @@ def test_nonfinite_head_fails_in_every_format(toy, capsys):
 
 def test_improvement_passes_and_is_reported(toy, capsys):
     results, shas = toy
-    code, out, _ = gate(capsys, "--results", str(results), "--base", shas["slow"],
-                        "--head", shas["base"], "--format", "markdown")
+    code, out, _ = gate(
+        capsys,
+        "--results",
+        str(results),
+        "--base",
+        shas["slow"],
+        "--head",
+        shas["base"],
+        "--format",
+        "markdown",
+    )
     assert code == 0
     assert out.startswith("## safeattn-gate: ✅ PASS")
     # Not blocking: counted, and listed folded away.
@@ -84,11 +103,13 @@ def test_improvement_passes_and_is_reported(toy, capsys):
 def test_git_refs_are_resolved(toy, capsys, monkeypatch):
     results, shas = toy
     monkeypatch.chdir(results.parent)  # the toy repository
-    code, out, _ = gate(capsys, "--results", str(results), "--base", "HEAD~2",
-                        "--head", "HEAD~1")  # "slow" -> "nan"
+    code, out, _ = gate(
+        capsys, "--results", str(results), "--base", "HEAD~2", "--head", "HEAD~1"
+    )  # "slow" -> "nan"
     assert code == 1 and shas["nan"][:10] in out
-    code, _, err = gate(capsys, "--results", str(results), "--base", "no-such-branch",
-                        "--head", "HEAD")
+    code, _, err = gate(
+        capsys, "--results", str(results), "--base", "no-such-branch", "--head", "HEAD"
+    )
     assert code == 2 and "unknown commit 'no-such-branch'" in err
 
 
@@ -110,8 +131,9 @@ def test_corrupt_or_missing_results_exit_2(toy, tmp_path, capsys, damage, messag
         head_file.unlink()
     else:
         (copy / "benchmarks.json").write_text("{")
-    code, out, err = gate(capsys, "--results", str(copy), "--base", shas["base"],
-                          "--head", shas["slow"])
+    code, out, err = gate(
+        capsys, "--results", str(copy), "--base", shas["base"], "--head", shas["slow"]
+    )
     assert code == 2 and out == ""
     assert message in err
 
@@ -123,15 +145,17 @@ def test_corrupt_file_of_another_commit_is_only_a_warning(toy, tmp_path, capsys)
     other.write_text("not json")
     # A per-commit sidecar (benchmarks/run.py writes versions-<sha>.json) of another commit.
     (copy / TOY_MACHINE / f"versions-{shas['nan']}.json").write_text("{")
-    code, out, _ = gate(capsys, "--results", str(copy), "--base", shas["base"],
-                        "--head", shas["same"])
+    code, out, _ = gate(
+        capsys, "--results", str(copy), "--base", shas["base"], "--head", shas["same"]
+    )
     assert code == 0
     assert f"{TOY_MACHINE}/{other.name}: not valid JSON" in out
     assert f"{TOY_MACHINE}/versions-{shas['nan']}.json: not valid JSON" in out
     # The same damage to the head's own sidecar is fatal.
     (copy / TOY_MACHINE / f"versions-{shas['same']}.json").write_text("{")
-    code, _, err = gate(capsys, "--results", str(copy), "--base", shas["base"],
-                        "--head", shas["same"])
+    code, _, err = gate(
+        capsys, "--results", str(copy), "--base", shas["base"], "--head", shas["same"]
+    )
     assert code == 2 and f"versions-{shas['same']}.json" in err
 
 
@@ -178,8 +202,9 @@ def test_nothing_comparable_exits_2(toy, tmp_path, capsys):
         for row in data["results"].values():
             row[0] = None  # every benchmark failed
         path.write_text(json.dumps(data))
-    code, _, err = gate(capsys, "--results", str(copy), "--base", shas["base"],
-                        "--head", shas["same"])
+    code, _, err = gate(
+        capsys, "--results", str(copy), "--base", shas["base"], "--head", shas["same"]
+    )
     assert code == 2 and "nothing comparable" in err
 
 
@@ -192,8 +217,15 @@ def test_argparse_usage_error_exits_2(capsys):
 def test_command_line_exit_codes(toy):
     """The real process exit status, as CI sees it."""
     results, shas = toy
-    cmd = [sys.executable, "-m", "safeattn.regress.gate", "--results", str(results),
-           "--base", shas["base"]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "safeattn.regress.gate",
+        "--results",
+        str(results),
+        "--base",
+        shas["base"],
+    ]
     slow = subprocess.run([*cmd, "--head", shas["slow"]], capture_output=True, text=True)
     assert slow.returncode == 1, slow.stderr
     same = subprocess.run([*cmd, "--head", shas["same"]], capture_output=True, text=True)
@@ -225,8 +257,17 @@ def test_damaged_files_never_crash_the_gate(toy, tmp_path, capsys):
         _mutate(data, rng)
         target.write_text(json.dumps(data))
         for fmt in ("text", "markdown", "json"):
-            code, _, _ = gate(capsys, "--results", str(copy), "--base", shas["base"],
-                              "--head", shas["slow"], "--format", fmt)
+            code, _, _ = gate(
+                capsys,
+                "--results",
+                str(copy),
+                "--base",
+                shas["base"],
+                "--head",
+                shas["slow"],
+                "--format",
+                fmt,
+            )
             assert code in (0, 1, 2), (target.name, code)
 
 

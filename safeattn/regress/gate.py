@@ -203,9 +203,7 @@ def _select_machines(
     loaded: LoadedResults, base: str, head: str, wanted: Sequence[str] | None
 ) -> tuple[list[str], list[str]]:
     commits = loaded.commits
-    having = {
-        sha: set(commits.loc[commits["commit"] == sha, "machine"]) for sha in (base, head)
-    }
+    having = {sha: set(commits.loc[commits["commit"] == sha, "machine"]) for sha in (base, head)}
     both = sorted(having[base] & having[head])
     notes = []
     if wanted:
@@ -317,10 +315,14 @@ def _md_table(rows: pd.DataFrame, multi_machine: bool) -> list[str]:
         return str(text).replace("|", "\\|").replace("\n", " ")
 
     shown = rows.head(_MAX_TABLE_ROWS)
-    lines = ["| " + " | ".join(_headers(multi_machine)) + " |",
-             "|" + "---|" * len(_headers(multi_machine))]
-    lines += ["| " + " | ".join(cell(c) for c in cells) + " |"
-              for cells in _table_rows(shown, multi_machine)]
+    lines = [
+        "| " + " | ".join(_headers(multi_machine)) + " |",
+        "|" + "---|" * len(_headers(multi_machine)),
+    ]
+    lines += [
+        "| " + " | ".join(cell(c) for c in cells) + " |"
+        for cells in _table_rows(shown, multi_machine)
+    ]
     if len(rows) > len(shown):
         lines.append(f"\n… and {len(rows) - len(shown)} more (run with --format json for all)")
     return lines
@@ -398,8 +400,10 @@ def _confirm_line(c: Confirmation) -> str:
     """One re-measured row: "cleared: nvidia-h100 `speed.S.track_forward_ms` impl=... — first
     run 1.210× p=1e-05; re-run blocked in 0/3 pairs: 1.003× p=0.6, ..."."""
     outcome = "confirmed" if c.confirmed else "cleared"
-    return (f"{outcome}: {c.machine} `{c.benchmark}` {c.param_key} — first run "
-            f"{c.first_run()}; re-run {c.evidence()}")
+    return (
+        f"{outcome}: {c.machine} `{c.benchmark}` {c.param_key} — first run "
+        f"{c.first_run()}; re-run {c.evidence()}"
+    )
 
 
 def _details(summary: str, body: list[str]) -> list[str]:
@@ -503,6 +507,7 @@ def render_text(report: GateReport) -> str:
 
 def render_json(report: GateReport) -> str:
     """Everything, machine-readable (NaN -> null)."""
+
     def clean(value: Any) -> Any:
         if isinstance(value, float) and not math.isfinite(value):
             return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
@@ -566,7 +571,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--base", required=True, help="base commit (sha, prefix or git ref)")
     parser.add_argument("--head", required=True, help="head commit (sha, prefix or git ref)")
     parser.add_argument(
-        "--machine", action="extend", nargs="+", default=None, metavar="NAME",
+        "--machine",
+        action="extend",
+        nargs="+",
+        default=None,
+        metavar="NAME",
         help="asv machine name(s) (default: every machine with results for both commits)",
     )
     parser.add_argument("--policy", default=None, help="policy TOML (default: packaged)")
