@@ -23,8 +23,8 @@ be measured at all.
 Then it measures one safeattn row (:data:`TARGETS`: on a GPU, SpeedSuite's forward time at
 fp16, D=64, N=1024, non-causal, no GQA) for base, same and slow with the gate's own measurer
 (``safeattn.regress.confirm.run_py_measurer``: ``run.py --same --range SHA --bench RE``, one
-fresh process each), multiplies the samples of that row in *same*'s result file by
-``--plant`` (on a GPU 1.2: a 20 % false alarm), and runs ``safeattn-gate`` (a fresh process
+fresh process each), scales the samples of that row in *same*'s result file to ``--plant``
+times base's (on a GPU 1.2: a 20 % false alarm), and runs ``safeattn-gate`` (a fresh process
 each):
 
 1. base -> slow, then base -> slow ``--confirm``: exit 1 both times (confirmed);
@@ -158,26 +158,43 @@ def make_commits(clone: Path) -> dict[str, str]:
     return shas
 
 
-def plant_slowdown(result_file: Path, benchmark: str, factor: float) -> int:
-    """Multiply every measured combination of ``benchmark`` in an asv result file by
-    ``factor``: value, 99 % CI, quartiles and every sample (what the gate's tests read).
-    Returns how many combinations were changed (NaN/null entries: not measured, left)."""
+def plant_slowdown(
+    result_file: Path, benchmark: str, factor: float, base_file: Path | None = None
+) -> int:
+    """Make every measured combination of ``benchmark`` in an asv result file ``factor``
+    times slower: value, 99 % CI, quartiles and every sample (what the gate's tests read).
+    With ``base_file``, ``factor`` times the *base's* value instead of its own: the head of
+    an A/A pair can come out faster than its base (on an H100, 2026-11-25, the base's first
+    process measured 7 % slower than every later one), and a plain 1.2x then stayed under the
+    policy's 1.15x. Returns how many combinations were changed (NaN/null entries, here or in
+    the base: not measured, left)."""
     data = json.loads(result_file.read_text())
     columns = data["result_columns"]
     row = data["results"][benchmark]
     fields = dict(zip(columns, row, strict=False))
+    base_values = None
+    if base_file is not None:
+        base = json.loads(base_file.read_text())
+        base_fields = dict(zip(base["result_columns"], base["results"][benchmark], strict=False))
+        base_values = base_fields["result"]
     scaled = 0
     for i, value in enumerate(fields["result"]):
         if not isinstance(value, (int, float)) or value != value:  # null or NaN
             continue
+        scale = factor
+        if base_values is not None:
+            ref = base_values[i]
+            if not isinstance(ref, (int, float)) or ref != ref or value == 0:
+                continue
+            scale = factor * ref / value
         scaled += 1
         for key in ("result", "stats_ci_99_a", "stats_ci_99_b", "stats_q_25", "stats_q_75"):
             values = fields.get(key)
             if values is not None and values[i] is not None:
-                values[i] = values[i] * factor
+                values[i] = values[i] * scale
         samples = fields.get("samples")
         if samples is not None and samples[i] is not None:
-            samples[i] = [s * factor for s in samples[i]]
+            samples[i] = [s * scale for s in samples[i]]
     data["results"][benchmark] = [fields.get(c) for c in columns[: len(row)]]
     result_file.write_text(json.dumps(data))
     return scaled
@@ -278,8 +295,11 @@ def main(argv: list[str] | None = None) -> int:
         policy = ["--policy", str(args.policy.resolve())] if args.policy else []
         for case, base, head, confirm, planted, expected in RUNS:
             if planted and not any(o[0] == case for o in outcomes):  # once, before its 1st run
-                n = plant_slowdown(result_file_of(results, shas["same"]), target.benchmark, plant)
-                log(f"[demo] planted: {target.benchmark} of same x{plant} ({n} combination)")
+                n = plant_slowdown(
+                    result_file_of(results, shas["same"]), target.benchmark, plant,
+                    base_file=result_file_of(results, shas["base"]),
+                )  # fmt: skip
+                log(f"[demo] planted: {target.benchmark} of same at {plant}x base ({n} combo)")
                 if n != 1:
                     raise DemoError(f"expected to plant in one combination, not {n}")
             extra = policy + ["--confirm", "--confirm-rounds", str(args.rounds)] * confirm

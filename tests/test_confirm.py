@@ -292,6 +292,23 @@ def test_the_demo_plants_a_false_alarm_the_gate_flags(toy, tmp_path):
     assert flagged.benchmark == SPEED and flagged.param_key == "impl=safeattn head_dim=64"
 
 
+def test_the_demo_plants_relative_to_the_base(toy, tmp_path):
+    """With the base's file, the planted head is ``factor`` times the base's value whatever
+    the A/A pair's own ratio was (a head measured faster than its base still gets flagged)."""
+    demo = _demo()
+    results, shas = toy
+    copy = copy_results(results, tmp_path)
+    same, base = (demo.result_file_of(copy, shas[n]) for n in ("same", "base"))
+    col = json.loads(same.read_text())["result_columns"].index("result")
+    base_value = json.loads(base.read_text())["results"][SPEED][col][0]
+    data = json.loads(same.read_text())
+    data["results"][SPEED][col][0] = base_value * 0.9  # the head came out 10 % faster
+    same.write_text(json.dumps(data))
+    assert demo.plant_slowdown(same, SPEED, 1.2, base_file=base) == 2  # safeattn, sdpa_flash
+    after = json.loads(same.read_text())["results"][SPEED][col][0]
+    assert after == pytest.approx(base_value * 1.2)
+
+
 def test_the_demo_reads_what_the_gate_logs(toy):
     """The demo's table quotes the gate's [confirm] lines: parsed from a real confirm() log,
     and a run counts as expected only with the matching finding."""
