@@ -156,7 +156,7 @@ def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: in
         BLOCK_D=head_dim,
         EVEN_D=True,
         DOT_PRECISION="ieee" if dtype == torch.float32 else "tf32",
-        UPCAST_DOT=False,
+        UPCAST_DOT=0,
     )
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .forward import _allowed_pairs, _bias_tile, _key_ranges, _list_start
+from .forward import _allowed_pairs, _bias_tile, _key_ranges, _list_start, _scores
 
 
 @triton.jit(do_not_specialize=["seq_q"])
@@ -181,11 +181,7 @@ def _dkdv_step(
         lse2 = tl.load(lse_base + offs_m * stride_lm)
         delta = tl.load(delta_base + offs_m * stride_lm)
     lse2 = tl.where(lse2 == float("-inf"), float("inf"), lse2)
-    if UPCAST_DOT:
-        sT = tl.dot(k.to(tl.float32), tl.trans(q.to(tl.float32)), input_precision=DOT_PRECISION)
-    else:
-        sT = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION)
-    sT = sT * qk_scale
+    sT = _scores(k, q, DOT_PRECISION, UPCAST_DOT) * qk_scale
     if MASKED:
         allowed, bias = _allowed_pairs(
             offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
@@ -200,7 +196,7 @@ def _dkdv_step(
         # NOTE: full tiles of an additive mask (forward.py): the bias applies unselected.
         sT = sT + tl.trans(_bias_tile(am_base, offs_m, offs_n, stride_amm, stride_amn))
     pT = tl.math.exp2(sT - lse2[None, :])
-    if UPCAST_DOT:
+    if UPCAST_DOT == 2:
         dv = tl.dot(pT, do.to(tl.float32), dv, input_precision=DOT_PRECISION)
         dpT = tl.dot(
             v.to(tl.float32), tl.trans(do.to(tl.float32)), input_precision=DOT_PRECISION
@@ -211,7 +207,7 @@ def _dkdv_step(
     dsT = pT * (dpT - delta[None, :])
     if MASKED:
         dsT = tl.where(allowedT, dsT, 0.0)
-    if UPCAST_DOT:
+    if UPCAST_DOT == 2:
         dk = tl.dot(dsT, q.to(tl.float32), dk, input_precision=DOT_PRECISION)
     else:
         dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=DOT_PRECISION)
@@ -494,15 +490,14 @@ def _dq_step(
     else:
         k = tl.load(k_ptrs, mask=mask_d[None, :], other=0.0)
         v = tl.load(v_ptrs, mask=mask_d[None, :], other=0.0)
-    if UPCAST_DOT:
-        s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision=DOT_PRECISION)
+    s = _scores(q, k, DOT_PRECISION, UPCAST_DOT)
+    if UPCAST_DOT == 2:
         dp = tl.dot(
             do.to(tl.float32), tl.trans(v.to(tl.float32)), input_precision=DOT_PRECISION
         )
     else:
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
-    s = s * qk_scale
+    s = s * qk_scale  # after dP, as before _scores: keeps the compiled GPU code as it was
     if MASKED:
         allowed, bias = _allowed_pairs(
             offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
@@ -523,7 +518,7 @@ def _dq_step(
             # NOTE: excluded keys (module docstring).
             k32 = k.to(tl.float32)
             k = tl.where((k32 == k32) & (tl.abs(k32) != float("inf")), k, 0.0)
-    if UPCAST_DOT:
+    if UPCAST_DOT == 2:
         dq = tl.dot(ds, k.to(tl.float32), dq, input_precision=DOT_PRECISION)
     else:
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PRECISION)

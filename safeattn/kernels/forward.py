@@ -130,11 +130,7 @@ def _fwd_step(
     else:
         k = tl.load(k_ptrs, mask=mask_d[None, :], other=0.0)
         v = tl.load(v_ptrs, mask=mask_d[None, :], other=0.0)
-    if UPCAST_DOT:
-        s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision=DOT_PRECISION)
-    else:
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-    s = s * qk_scale
+    s = _scores(q, k, DOT_PRECISION, UPCAST_DOT) * qk_scale
     if MASKED:
         allowed, bias = _allowed_pairs(
             offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
@@ -163,11 +159,29 @@ def _fwd_step(
     alpha = tl.math.exp2(m_i - m_safe)
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
-    if UPCAST_DOT:
+    if UPCAST_DOT == 2:
         acc = tl.dot(p, v.to(tl.float32), acc, input_precision=DOT_PRECISION)
     else:
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
     return acc, m_new, l_i, row_bad
+
+
+@triton.jit
+def _scores(a, b, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr):
+    """``a @ b^T`` in fp32: the logits before the scale (q k^T, or k q^T in dK/dV).
+
+    UPCAST_DOT (interpreter only; 0 on a GPU): 1 for fp16/fp32 inputs, 2 for bf16 (whose
+    other dots go through fp32 as well, DESIGN.md's interpreter pitfall). Under the
+    interpreter the logits are taken in fp64 and rounded once: numpy's BLAS sums q k^T and
+    k q^T in different orders (OpenBLAS 0.3.31, 2026-11-25: up to 0.03 apart at |s| ~ 2e5 in
+    fp32), and with logits that large the backward's recomputed probabilities then miss the
+    forward's LSE by ~0.3 % (the large_logits family failed its accuracy rule on CPU). The
+    GPU kernels pass that family at GPU size (``pytest --gpu``)."""
+    if UPCAST_DOT:
+        a64 = a.to(tl.float64)
+        b64 = b.to(tl.float64)
+        return tl.dot(a64, tl.trans(b64), input_precision="ieee").to(tl.float32)
+    return tl.dot(a, tl.trans(b), input_precision=DOT_PRECISION)
 
 
 @triton.jit
@@ -418,7 +432,7 @@ def _attn_fwd(
     BLOCK_D: tl.constexpr,
     EVEN_D: tl.constexpr,  # head_dim == BLOCK_D: no masking along D
     DOT_PRECISION: tl.constexpr,
-    UPCAST_DOT: tl.constexpr,  # interpreter only: bf16 dot operands go through fp32
+    UPCAST_DOT: tl.constexpr,  # interpreter only (0 on a GPU): see _scores
 ):  # fmt: skip
     """Grid: (cdiv(max Nq, BLOCK_M), B * Hq). Writes Out rows and Lse2 (log2-domain LSE)."""
     pid_m = tl.program_id(0)

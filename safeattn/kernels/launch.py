@@ -156,7 +156,7 @@ def _constexprs(meta: Meta, dtype: torch.dtype, cfg: KernelConfig) -> dict:
         EVEN_D=bd == meta.head_dim,
         DOT_PRECISION="ieee" if dtype == torch.float32 else "tf32",
         # Interpreter bug (triton-lang/triton#11584): tl.dot multiplies raw bf16 bit patterns.
-        UPCAST_DOT=INTERPRET and dtype == torch.bfloat16,
+        UPCAST_DOT=(2 if dtype == torch.bfloat16 else 1) if INTERPRET else 0,  # forward._scores
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
