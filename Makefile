@@ -17,9 +17,9 @@ $(STAMP): pyproject.toml
 
 # The main job: serve the dashboard over results/ (the GPU history) at once, and benchmark
 # this machine (the full suite on a GPU, the CPU-capable part otherwise) beside it; its
-# progress and then its results show on the dashboard. Ctrl-C stops both (dashboard/demo.py).
+# progress and then its results show on the dashboard. Ctrl-C stops both (tools/demo.py).
 demo: $(STAMP)
-	@$(BIN)/python -m dashboard.demo
+	@$(BIN)/python -m tools.demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

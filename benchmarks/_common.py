@@ -41,7 +41,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-# Quick mode (``python benchmarks/run.py --quick``, the CI test): fewer timing samples and
+# Quick mode (``python tools/run.py --quick``, the CI test): fewer timing samples and
 # trials, and a one-slice static audit (resources.py). For checking the suite, not history.
 QUICK_ENV = "SAFEATTN_BENCH_QUICK"
 
@@ -76,7 +76,7 @@ def restore_pythonpath() -> list[str]:
     """Put ``PYTHONPATH``'s entries back on ``sys.path`` (front, in order) when asv took them
     off; returns the entries it restored.
 
-    Why: benchmarks/run.py exposes the machine's torch/triton to asv's virtualenv through
+    Why: tools/run.py exposes the machine's torch/triton to asv's virtualenv through
     ``ASV_PYTHONPATH``. asv 0.6.6's ``Environment.run_executable`` turns that into the child's
     ``PYTHONPATH`` and drops ``ASV_PYTHONPATH``; then its ``benchmark.py`` (discover,
     setup_cache, run, run_server), seeing ``PYTHONPATH`` without ``ASV_PYTHONPATH``, removes
@@ -96,13 +96,15 @@ restore_pythonpath()
 
 
 def _load_truth(relative: str, module_name: str):
-    """Load one of the package's dependency-free single sources of truth by file path.
+    """Load one of the checkout's dependency-free single sources of truth by file path
+    (``relative`` to the repository root).
 
-    Importing ``safeattn.regress.metrics`` would run ``safeattn/__init__`` and so import
-    torch in every benchmark process (see :func:`cuda_usable`). Loading from *this* checkout
-    also gives the suite's own commit's table, not that of the commit under test.
+    asv's environment holds only the wheel of the commit under test: ``regress`` is not in
+    it, and importing ``safeattn.gpu_limits`` would run ``safeattn/__init__`` there. Loading
+    from *this* checkout also gives the suite's own commit's table, not that of the commit
+    under test.
     """
-    path = Path(__file__).resolve().parent.parent / "safeattn" / relative
+    path = Path(__file__).resolve().parent.parent / relative
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"benchmarks: cannot load {path}")
@@ -113,11 +115,11 @@ def _load_truth(relative: str, module_name: str):
 
 
 metrics = _load_truth("regress/metrics.py", "_safeattn_bench_metrics")
-gpu_limits = _load_truth("gpu_limits.py", "_safeattn_bench_gpu_limits")
+gpu_limits = _load_truth("safeattn/gpu_limits.py", "_safeattn_bench_gpu_limits")
 workloads = _load_truth("regress/workloads.py", "_safeattn_bench_workloads")
 # The static audit's cache (standard library only): this checkout's, whatever commit the
 # suite measures (resources.StaticAuditSuite applies it to that commit's package).
-audit_cache = _load_truth("audit_cache.py", "_safeattn_bench_audit_cache")
+audit_cache = _load_truth("safeattn/audit_cache.py", "_safeattn_bench_audit_cache")
 
 
 def tracks_metric(method):
@@ -130,14 +132,14 @@ def tracks_metric(method):
     return method
 
 
-# benchmarks/run.py names a file here and prints what the suites append to it while asv runs:
+# tools/run.py names a file here and prints what the suites append to it while asv runs:
 # asv discards the output of a setup_cache that succeeds, and a GPU grid takes minutes.
 PROGRESS_ENV = "SAFEATTN_BENCH_PROGRESS"
 
 
 def progress(line: str) -> None:
     """Report one step of a setup_cache: to stderr (asv shows it if the setup fails) and to
-    the progress file that benchmarks/run.py echoes as the run goes."""
+    the progress file that tools/run.py echoes as the run goes."""
     print(line, file=sys.stderr, flush=True)
     path = os.environ.get(PROGRESS_ENV)
     if path:
@@ -367,10 +369,10 @@ def launch_note(before: dict) -> str:
         return f"(configs not shown: {reason_of(exc)})"
 
 
-# benchmarks/run.py names a file here per commit and copies what the GPU suites append to it
+# tools/run.py names a file here per commit and copies what the GPU suites append to it
 # into that commit's versions-<sha>.json sidecar (``safeattn_launches``): the configs each
 # safeattn combination ran with, so the gate can say "config changed: A -> B" on a flagged
-# row (safeattn/regress/compare.py). asv itself stores only numbers.
+# row (regress/compare.py). asv itself stores only numbers.
 LAUNCHES_ENV = "SAFEATTN_BENCH_LAUNCHES"
 
 
@@ -531,7 +533,7 @@ def impl_context(impl: str):
 
 def attention_call(impl: str, causal: bool, seq_len: int, gqa: int):
     """``fn(q, k, v) -> out`` for ``impl`` ("safeattn" or a peer of
-    ``safeattn.regress.metrics.PEERS``), causal meaning top-left as in SDPA's ``is_causal``
+    ``regress.metrics.PEERS``), causal meaning top-left as in SDPA's ``is_causal``
     (square shapes here, so top-left and bottom-right agree)."""
     import torch
 

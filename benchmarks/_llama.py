@@ -2,7 +2,7 @@
 module: asv imports it and finds no benchmark; torch is imported inside the functions).
 
 No download and no transformers: the architecture is written out here, functionally (the
-weights are a dict of tensors), at the size ``safeattn.regress.workloads.MODEL`` fixes
+weights are a dict of tensors), at the size ``regress.workloads.MODEL`` fixes
 (4 layers, hidden 2048, 16 query heads and 4 key/value heads of 128, SwiGLU, vocabulary
 8192). Per layer::
 

@@ -2,7 +2,7 @@
 finds no benchmark; torch is imported inside the functions, see benchmarks/_common.py).
 
 The workloads themselves (batch, lengths, paddings, documents, attended pairs) are facts of
-``safeattn/regress/workloads.py``; this module turns them into what each implementation
+``regress/workloads.py``; this module turns them into what each implementation
 takes as its mask, and into one call per (mask kind, implementation):
 
 =================== ==================================== ==================================

@@ -2,7 +2,7 @@
 reference, per adversarial family (``safeattn.families``) × implementation × dtype.
 
 ``NumericsSuite`` (GPU only; absent without a usable CUDA GPU)
-    family × impl (safeattn and every peer of ``safeattn.regress.metrics.PEERS``) × dtype,
+    family × impl (safeattn and every peer of ``regress.metrics.PEERS``) × dtype,
     on the families' "gpu" size.
 ``InterpreterNumericsSuite`` (anywhere)
     family × impl (safeattn under Triton's interpreter, SDPA's math backend) × dtype on the

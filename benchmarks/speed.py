@@ -13,7 +13,7 @@
     dims: it is the peer issue 11's targets name) and SDPA pinned to cuDNN and
     memory-efficient (the SDPA backends that take a mask; flash takes none), on four masked
     workloads, all causal (top-left), H = 2048 // D
-    (``safeattn/regress/workloads.py`` holds them; ``benchmarks/_masks.py`` builds the
+    (``regress/workloads.py`` holds them; ``benchmarks/_masks.py`` builds the
     masks). Attended (query, key) pairs per head, the FLOP count's basis
     (``metrics.attended_flops``: 4·pairs·H·D forward):
 
@@ -81,7 +81,7 @@ Cost of one commit's GPU suites (``run.py --suite gpu``; run.py prints each suit
 time and, as it goes, every grid entry's seconds). Measured on an H200 (16 cores), offline,
 asv's virtualenv mode, ``gpu_history.sh 8`` (results/nvidia-h200, commits 0ef47cb..f671ea6):
 
-- ``benchmarks/prewarm.py`` first (once): the 84 compiling calls (safeattn and
+- ``tools/prewarm.py`` first (once): the 84 compiling calls (safeattn and
   FlexAttention speed shapes, safeattn and FlexAttention numerics cases) in 12 processes,
   84 s. Without it the suites compiled one kernel at a time (~1 s per Triton config,
   10-20 s per FlexAttention shape): an estimated 10-13 minutes for a fresh machine's first
@@ -97,7 +97,7 @@ asv's virtualenv mode, ``gpu_history.sh 8`` (results/nvidia-h200, commits 0ef47c
   H200, ``run.py --same --suite MaskedSpeedSuite --suite ModelStepSuite`` took 808 s
   (prewarm 229, ModelStep 100, MaskedSpeed 472; each safeattn masked entry 16-35 s, most of
   it tuning, each peer entry 0.3-6 s; docs/perf/masked_model_suites_h200_2026-11-23.log).
-  ``python -m benchmarks.smoke`` runs both grids outside asv.
+  ``python -m tools.smoke`` runs both grids outside asv.
 
 A peer that cannot run a shape (e.g. a backend without GQA support) reports NaN, with the
 backend's error as the reason on stderr; it is not pruned from the grid, because which

@@ -1,8 +1,8 @@
 """The safeattn dashboard: ``streamlit run dashboard/app.py``.
 
 A multipage app over asv's results directory. Every page only lays out widgets and
-charts; loading lives in :mod:`safeattn.regress.results`, verdicts in
-:mod:`safeattn.regress.compare`, and what each page shows in :mod:`dashboard.views`.
+charts; loading lives in :mod:`regress.results`, verdicts in
+:mod:`regress.compare`, and what each page shows in :mod:`dashboard.views`.
 """
 
 import sys

@@ -5,7 +5,7 @@ rows; parsing all of it for every page would take minutes. The pages only ever n
 window of commits: the overview the newest two per machine, compare the two chosen,
 history the newest N. So the dashboard first indexes the directory cheaply — machine,
 commit and date of every result file, read from the file's first bytes — and then runs
-the one loader, :func:`safeattn.regress.results.load_results`, on a view of the directory
+the one loader, :func:`regress.results.load_results`, on a view of the directory
 holding only the files of the chosen commits (symbolic links, same relative paths, so
 its problem reports name the real files).
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from safeattn.regress.results import LoadedResults, load_results
+from regress.results import LoadedResults, load_results
 
 # asv writes result files compactly with these keys first (asv/results.py Results.save):
 # the header gives commit and date without parsing the whole file.

@@ -1,9 +1,9 @@
 """A benchmark run in flight, as the dashboard shows it while ``make demo`` measures this
 machine: suite, step, elapsed time and a progress bar.
 
-``benchmarks/run.py --status FILE`` keeps ``FILE`` up to date (its ``Status`` class
+``tools/run.py --status FILE`` keeps ``FILE`` up to date (its ``Status`` class
 documents the keys); the dashboard reads the path from ``SAFEATTN_BENCH_STATUS``, which
-``dashboard/demo.py`` sets for both. Without that variable nothing is shown.
+``tools/demo.py`` sets for both. Without that variable nothing is shown.
 
 :func:`read_status` and :func:`describe` are plain functions (tests call them); only
 :func:`show` uses Streamlit.
@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-STATUS_ENV = "SAFEATTN_BENCH_STATUS"  # = benchmarks.run.STATUS_ENV
+STATUS_ENV = "SAFEATTN_BENCH_STATUS"  # = tools.run.STATUS_ENV
 STATUS_SCHEMA = "safeattn-bench-status/1"
 REFRESH_S = 2.0
 

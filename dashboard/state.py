@@ -1,7 +1,7 @@
 """Streamlit glue shared by every page: which results directory, the cached load, the
 empty/bad-data messages, and widgets whose value lives in the URL (shareable views).
 
-Loading and computing stay in :mod:`safeattn.regress` and :mod:`dashboard.views`; this
+Loading and computing stay in :mod:`regress` and :mod:`dashboard.views`; this
 module only caches them and lays out the common parts.
 """
 
@@ -16,8 +16,8 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import data, views
-from safeattn.regress.compare import Policy, compare, load_policy
-from safeattn.regress.results import LoadedResults, results_mtime
+from regress.compare import Policy, compare, load_policy
+from regress.results import LoadedResults, results_mtime
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RESULTS_DIR = REPO_ROOT / "results"
@@ -39,7 +39,7 @@ asv run --python=same --set-commit-hash=$(git rev-parse HEAD)
 
 or point the sidebar field (or the `{env}` environment variable) at another asv
 `results/` directory. To try the dashboard without a GPU, generate a small real run on
-CPU: `python -m dashboard.sample_results /tmp/sample` and use
+CPU: `python -m tools.sample_results /tmp/sample` and use
 `/tmp/sample/project/results`.
 """
 
@@ -144,7 +144,7 @@ def _compared(path: str, mtime: float, window: Window, machine: str, base: str,
 
 
 def compared(window: dict[str, list[str]], machine: str, base: str, head: str) -> pd.DataFrame:
-    """:func:`safeattn.regress.compare.compare` of two loaded commits, cached (a widget
+    """:func:`regress.compare.compare` of two loaded commits, cached (a widget
     change on the compare page must not recompute it)."""
     return _compared(*_key(), _window_key(window), machine, base, head)
 

@@ -3,9 +3,9 @@ pages' Altair charts (no Streamlit here).
 
 The pages only lay out what these functions return, so the tests check the numbers here
 and the gate's logic stays in one place: every verdict comes from
-:func:`safeattn.regress.compare.compare` and :func:`safeattn.regress.gate.gate_verdict`,
-peer ratios and geometric means from :mod:`safeattn.regress.report`, metric directions and
-labels from :mod:`safeattn.regress.metrics`, architecture limits from
+:func:`regress.compare.compare` and :func:`regress.gate.gate_verdict`,
+peer ratios and geometric means from :mod:`regress.report`, metric directions and
+labels from :mod:`regress.metrics`, architecture limits from
 :mod:`safeattn.gpu_limits`. What a person reads never shows None or nan
 (:data:`NOT_MEASURED`).
 """
@@ -20,9 +20,8 @@ import altair as alt
 import pandas as pd
 from pandas.io.formats.style import Styler
 
-from safeattn.gpu_limits import ARCHS
-from safeattn.regress import report, workloads
-from safeattn.regress.compare import (
+from regress import report, workloads
+from regress.compare import (
     GROUP_PARAM_KEY,
     VERDICTS,
     Policy,
@@ -30,8 +29,8 @@ from safeattn.regress.compare import (
     machine_arch,
     parent_commit,
 )
-from safeattn.regress.gate import gate_verdict
-from safeattn.regress.metrics import (
+from regress.gate import gate_verdict
+from regress.metrics import (
     IMPL_PARAM,
     METRICS,
     OWN_IMPL,
@@ -40,7 +39,8 @@ from safeattn.regress.metrics import (
     attention_flops,
     tflops,
 )
-from safeattn.regress.results import LoadedResults, format_param_key
+from regress.results import LoadedResults, format_param_key
+from safeattn.gpu_limits import ARCHS
 
 # The app's pages: URL path (and file app_pages/<name>.py) -> navigation title. The
 # default page is served at the app's root URL (Streamlit ignores its url_path).
@@ -71,7 +71,7 @@ FILTER_PARAMS: tuple[str, ...] = (
     "dtype", "head_dim", "seq_len", "causal", "mask", "padding", IMPL_PARAM,
 )
 # The masked-attention speed suite: its rows have a mask kind, not a shape (TFLOP/s on
-# attended pairs, safeattn.regress.workloads).
+# attended pairs, regress.workloads).
 MASKED_SUITE = "speed.MaskedSpeedSuite"
 RESOURCE_METRICS: tuple[str, ...] = ("shared_bytes", "registers", "spills")
 SAFETY_METRICS: tuple[str, ...] = tuple(n for n, m in METRICS.items() if m.kind == "safety")
@@ -169,7 +169,7 @@ class MachineHealth:
 
     @property
     def verdict(self) -> str | None:
-        """The gate's verdict (:func:`safeattn.regress.gate.gate_verdict`: ``"pass"``,
+        """The gate's verdict (:func:`regress.gate.gate_verdict`: ``"pass"``,
         ``"fail"`` or ``"nothing compared"``); None without a parent or a comparison."""
         if self.parent is None or self.error is not None:
             return None
@@ -245,7 +245,7 @@ def speed_trend(
     """safeattn's geometric-mean speed per pass over commits, as an index (1.0 = baseline).
 
     For each commit with safeattn rows of ``speed.SpeedSuite`` and each time metric (pass):
-    ``index`` = :func:`safeattn.regress.report.geomean` over the shapes measured at both
+    ``index`` = :func:`regress.report.geomean` over the shapes measured at both
     that commit and ``baseline`` of baseline time ÷ time (above 1: faster than the
     baseline). ``baseline``: a full sha; by default, or when it has no such rows, the oldest
     commit that has them. ``verdict``: the gate's verdict of the commit against its parent
@@ -511,7 +511,7 @@ def summary_group(rows: pd.DataFrame) -> pd.Series:
 
 def history_summary(rows: pd.DataFrame, verdicts: pd.DataFrame | None = None) -> pd.DataFrame:
     """Few readable series: per machine, commit and implementation, the geometric mean
-    (:func:`safeattn.regress.report.geomean`) over its shapes of ``relative`` (the output
+    (:func:`regress.report.geomean`) over its shapes of ``relative`` (the output
     of :func:`normalised`), 1.0 at the baseline. With ``verdicts``
     (:func:`history_verdicts`), ``verdict`` is the most severe of the gate's verdicts on
     the rows behind each point.
@@ -599,7 +599,7 @@ def add_tflops(rows: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     them, else, for the GPU speed grid (``speed.SpeedSuite``: seq_len and head_dim
     parameters only), from the suite's own shape rule ``benchmarks._common.gpu_problem``.
     ``speed.MaskedSpeedSuite`` rows count the FLOPs of their workload's attended pairs
-    only (``safeattn.regress.workloads``). Returns ``(rows, None)``, or ``(rows
+    only (``regress.workloads``). Returns ``(rows, None)``, or ``(rows
     unchanged, why not)`` when the metric is not a time or the shape cannot be recovered.
     """
     if rows.empty:
@@ -801,7 +801,7 @@ def peer_ratios(loaded: LoadedResults, machine: str, commit: str) -> pd.DataFram
 
 
 # Peer comparisons per suite: which benchmarks (metric -> column tag) and which parameters
-# make one row's shape, as in the README's generated tables (safeattn.regress.report).
+# make one row's shape, as in the README's generated tables (regress.report).
 @dataclass(frozen=True)
 class PeerSuite:
     title: str
@@ -831,7 +831,7 @@ def peer_table(loaded: LoadedResults, machine: str, suite: str) -> tuple[str | N
     Returns (that commit or None, the table): one row per shape (its parameters as
     columns, mask kinds and paddings by their workload labels), ``safeattn <pass> ms``
     per pass, then per peer and pass ``<peer> <pass>`` = peer time ÷ safeattn time
-    (:func:`safeattn.regress.report.peer_over_own`; above 1: safeattn is faster, NaN: the
+    (:func:`regress.report.peer_over_own`; above 1: safeattn is faster, NaN: the
     peer was not measured there). Passes: :data:`PEER_SUITES`.
     """
     spec = PEER_SUITES[suite]
@@ -882,7 +882,7 @@ def ratio_columns(table: pd.DataFrame) -> list[str]:
 
 def peer_geomeans(table: pd.DataFrame) -> pd.DataFrame:
     """Per peer (rows) and pass (columns): the geometric mean over shapes of a
-    :func:`peer_table`'s ratios (:func:`safeattn.regress.report.geomean`), and the number
+    :func:`peer_table`'s ratios (:func:`regress.report.geomean`), and the number
     of shapes measured."""
     records: dict[str, dict[str, Any]] = {}
     for column in ratio_columns(table):

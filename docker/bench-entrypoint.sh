@@ -4,7 +4,7 @@
 # asv measures git commits, so the service needs the checkout's history, but it must not
 # write into the user's tree (.asv/ environments, worktrees). It clones the checkout
 # mounted read-only at $SAFEATTN_SRC into a fresh directory, checks out the same commit
-# as the checkout's HEAD, and runs benchmarks/run.py from there with the shared results
+# as the checkout's HEAD, and runs tools/run.py from there with the shared results
 # directory $SAFEATTN_RESULTS. Arguments go to run.py unchanged (--range, --same, -b, ...).
 set -euo pipefail
 
@@ -22,4 +22,4 @@ fi
 cd "$work"
 echo "[bench] results go to $results"
 # exec: python becomes the process that receives Ctrl-C / docker stop, not this shell.
-exec python benchmarks/run.py --results "$results" "$@"
+exec python tools/run.py --results "$results" "$@"

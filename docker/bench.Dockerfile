@@ -1,4 +1,4 @@
-# The bench service's image: the environment benchmarks/run.py needs on an NVIDIA GPU.
+# The bench service's image: the environment tools/run.py needs on an NVIDIA GPU.
 # The code under test is not in the image: the service mounts the checkout read-only and
 # the entry point clones it (docker/bench-entrypoint.sh), because asv measures git commits.
 # docker-compose.yml holds the entry point, mounts and GPU reservation.
@@ -31,10 +31,10 @@ h = os.path.join(sysconfig.get_paths()['include'], 'Python.h'); \
 os.path.exists(h) or sys.exit('no ' + h + ': Triton could not build its launcher')"
 
 # pyproject.toml's core dependencies, the bench extra (asv, ...) and the build requirements
-# (asv builds each commit offline, without build isolation), plus what benchmarks/run.py
+# (asv builds each commit offline, without build isolation), plus what tools/run.py
 # checks its offline virtualenv can install (ENV_PREREQUISITES). The image's torch and
 # triton are held as constraints: pip fails rather than replacing either.
-COPY pyproject.toml docker/requirements.py benchmarks/run.py /tmp/build/
+COPY pyproject.toml docker/requirements.py tools/run.py /tmp/build/
 RUN python -c "import torch, triton; print(f'torch=={torch.__version__}'); print(f'triton=={triton.__version__}')" \
       > /tmp/build/constraints.txt \
  && python /tmp/build/requirements.py /tmp/build/pyproject.toml --build-system bench \

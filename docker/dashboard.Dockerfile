@@ -8,7 +8,7 @@ ENV PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# The dashboard imports safeattn.regress, and importing any safeattn module runs
+# The dashboard imports regress, and importing any safeattn module runs
 # safeattn/__init__.py, which imports the kernels (torch, triton). So torch is needed,
 # but only the CPU wheel: pinned, from PyTorch's CPU index, because an unpinned torch from
 # PyPI is the CUDA build (gigabytes of unused libraries).

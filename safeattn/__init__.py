@@ -13,8 +13,9 @@ Public API::
     safeattn.block_mask(seq_q, seq_k, *, causal=False, window=None, key_mask=None,
                         attn_mask=None) -> BlockMask   # built once, passed to every layer
 
-The names are resolved on first use (PEP 562), so ``import safeattn.regress`` — what the
-dashboard and the gate need — does not import torch or Triton.
+The names are resolved on first use (PEP 562), so importing ``safeattn.gpu_limits`` — what
+the regression service (the ``regress`` package) and the dashboard take from here — does not
+import torch or Triton.
 """
 
 from __future__ import annotations

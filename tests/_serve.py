@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from dashboard.browser import find_chromium  # noqa: E402
+from tools.browser import find_chromium  # noqa: E402
 
 ON_CI = os.environ.get("CI") == "true"
 

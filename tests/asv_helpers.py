@@ -2,7 +2,7 @@
 
 Several test files (this suite's, the results loader's, the gate's end-to-end test) need
 genuine asv output of this repository. :func:`asv_cpu_run` produces it through the same
-command users run (``python benchmarks/run.py --same --quick``), into a directory that
+command users run (``python tools/run.py --same --quick``), into a directory that
 lives as long as the test process, and caches it per benchmark selection.
 """
 
@@ -23,8 +23,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 # The package files benchmarks/_common.py loads by path (_load_truth): part of the suite.
 TRUTH_FILES = (
-    "safeattn/regress/metrics.py",
-    "safeattn/regress/workloads.py",
+    "regress/metrics.py",
+    "regress/workloads.py",
     "safeattn/gpu_limits.py",
     "safeattn/audit_cache.py",  # the static audit's cache (standard library only)
 )
@@ -33,7 +33,7 @@ RUN_TIMEOUT_S = 900  # the full CPU part takes ~1-3 min on 2 cores; fail clearly
 
 @dataclass(frozen=True)
 class AsvRun:
-    """One finished ``benchmarks/run.py`` invocation.
+    """One finished ``tools/run.py`` invocation.
 
     ``results``: the asv results directory; ``machine``: the machine directory's name;
     ``commit``: HEAD when the run started (what the results are recorded as);
@@ -84,7 +84,7 @@ def asv_cpu_run(bench: tuple[str, ...] = ()) -> AsvRun:
     Raises RuntimeError with asv's output if the run fails."""
     results = Path(tempfile.mkdtemp(prefix="safeattn-asv-results-"))
     atexit.register(shutil.rmtree, results, ignore_errors=True)
-    cmd = [sys.executable, str(REPO / "benchmarks" / "run.py"), "--same", "--quick"]
+    cmd = [sys.executable, str(REPO / "tools" / "run.py"), "--same", "--quick"]
     cmd += [f"--bench={b}" for b in bench] + ["--results", str(results)]
     env = dict(os.environ)
     env.pop("TRITON_INTERPRET", None)  # the CPU suites set it themselves, per process
@@ -98,7 +98,7 @@ def asv_cpu_run(bench: tuple[str, ...] = ()) -> AsvRun:
     seconds = time.monotonic() - start
     log = proc.stdout + proc.stderr
     if proc.returncode != 0:
-        raise RuntimeError(f"benchmarks/run.py failed ({proc.returncode}):\n{log[-6000:]}")
+        raise RuntimeError(f"tools/run.py failed ({proc.returncode}):\n{log[-6000:]}")
     machines = [p.name for p in results.iterdir() if (p / "machine.json").exists()]
     if len(machines) != 1:
         raise RuntimeError(f"expected one machine directory in {results}, got {machines}\n{log}")
@@ -110,7 +110,7 @@ def torchless_python() -> str | None:
     /usr/bin/python3.11 beside a pyenv build), or None. A venv made from it, with torch in
     the venv only, is the GPU machines' layout: asv's virtualenv, created with
     ``--system-site-packages`` from the same base, then sees torch only through what
-    benchmarks/run.py passes in ``ASV_PYTHONPATH``."""
+    tools/run.py passes in ``ASV_PYTHONPATH``."""
     name = f"python{sys.version_info.major}.{sys.version_info.minor}"
     own = {os.path.realpath(sys.executable), os.path.realpath(sys._base_executable)}
     dirs = [*os.environ.get("PATH", "").split(os.pathsep), "/usr/bin", "/usr/local/bin"]
@@ -160,6 +160,7 @@ def make_venv_layout(root: Path, base_python: str) -> VenvLayout:
     # The suite's own sources of truth, which benchmarks/_common.py loads by path from the
     # suite's checkout (not from the package measured).
     for truth in TRUTH_FILES:
+        (clone / truth).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / truth, clone / truth)
     if (REPO / ".whl").is_dir():  # offline wheels for the benchmark virtualenv (run.py)
         shutil.copytree(REPO / ".whl", clone / ".whl")

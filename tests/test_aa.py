@@ -1,4 +1,4 @@
-"""``python -m safeattn.regress.aa`` and the README's gate-sensitivity table, on fake asv
+"""``python -m regress.aa`` and the README's gate-sensitivity table, on fake asv
 results (tests/asv_helpers.write_asv_results) inside a small temporary git repository, so
 that the A/A pairs can be found from the commits' trees."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from asv_helpers import write_asv_results
 
-from safeattn.regress import aa, gate, report
+from regress import aa, gate, report
 
 MACHINE = "gpu-a"
 OTHER_MACHINE = "gpu-b"  # measured c1 and c3 only: no A/A pair
@@ -303,7 +303,7 @@ def _shallow(repo: Path) -> bool:
 )
 def test_readme_gate_sensitivity_block_matches_results_dir():
     readme = (REPO / "README.md").read_text()
-    fix = "python -m safeattn.regress.report --update README.md --block gate-sensitivity"
+    fix = "python -m regress.report --update README.md --block gate-sensitivity"
     section = report.readme_section(readme, report.GATE_START, report.GATE_END)
     assert section == report.gate_sensitivity_block(REPO / "results"), (
         f"README's gate-sensitivity block is stale: run `{fix}`"

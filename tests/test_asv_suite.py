@@ -1,5 +1,5 @@
 """The asv suite: its grids and helpers, then a real asv run of the CPU-capable part (quick
-mode, through benchmarks/run.py) and the result files it wrote."""
+mode, through tools/run.py) and the result files it wrote."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import pytest
 import torch
 from asv_helpers import REPO, asv_cpu_run, make_venv_layout, torchless_python
 
+from regress import workloads
+from regress.metrics import METRICS, OWN_IMPL, PEERS, metric_for
 from safeattn import families
 from safeattn.kernels import configs
-from safeattn.regress import workloads
-from safeattn.regress.metrics import METRICS, OWN_IMPL, PEERS, metric_for
 
 sys.path.insert(0, str(REPO))  # the benchmarks package lives at the repository root
 common = importlib.import_module("benchmarks._common")
@@ -27,7 +27,7 @@ speed = importlib.import_module("benchmarks.speed")
 memory = importlib.import_module("benchmarks.memory")
 resources = importlib.import_module("benchmarks.resources")
 numerics = importlib.import_module("benchmarks.numerics")
-run = importlib.import_module("benchmarks.run")
+run = importlib.import_module("tools.run")
 
 # What the CPU-capable part must produce, per benchmark: the value check for each entry.
 CPU_BENCHMARKS = {
@@ -229,10 +229,10 @@ def test_masked_timing_refuses_to_time_a_recompile(monkeypatch, capsys):
 
 
 def test_gpu_smoke_prints_every_combination_or_its_reason(monkeypatch):
-    """benchmarks/smoke.py (the GPU smoke run outside asv) with the measurements faked: a
+    """tools/smoke.py (the GPU smoke run outside asv) with the measurements faked: a
     row per selected combination, ms and attended-pair TFLOP/s or the reason, the peer
     ratios per mask kind; --only narrows the grid, --budget-s stops starting entries."""
-    smoke = importlib.import_module("benchmarks.smoke")
+    smoke = importlib.import_module("tools.smoke")
     gpu_speed = _with_gpu_suites("speed", monkeypatch)
 
     def masked(impl, dtype, head_dim, mask):
@@ -437,7 +437,7 @@ def test_flex_is_pruned_from_the_speed_grid_only_off_its_head_dims():
 
 
 def test_a_used_budget_starts_no_suite(tmp_path):
-    cmd = [sys.executable, str(REPO / "benchmarks" / "run.py"), "--same", "--budget-s", "0.001"]
+    cmd = [sys.executable, str(REPO / "tools" / "run.py"), "--same", "--budget-s", "0.001"]
     cmd += ["--results", str(tmp_path)]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -576,7 +576,7 @@ def test_machine_and_versions_sidecar(asv_run):
 
 
 def test_peer_ratios_from_the_run(asv_run):
-    peer_ratios = importlib.import_module("benchmarks.peer_ratios")
+    peer_ratios = importlib.import_module("tools.peer_ratios")
     table = peer_ratios.ratio_table(asv_run.results, None, None, "speed.InterpreterSpeedSuite")
     assert set(table["metric"]) == {f"{p}_ms" for p in speed.PASSES}
     assert len(table) == 3 * len(speed.CAUSAL)
@@ -599,7 +599,7 @@ def test_the_venv_layout_carries_every_file_the_suite_loads_by_path():
     from asv_helpers import TRUTH_FILES
 
     loaded = re.findall(r'_load_truth\("([^"]+)"', (REPO / "benchmarks/_common.py").read_text())
-    assert loaded and {f"safeattn/{path}" for path in loaded} == set(TRUTH_FILES)
+    assert loaded and set(loaded) == set(TRUTH_FILES)
 
 
 def test_default_mode_from_a_venv_whose_base_lacks_torch(tmp_path):
@@ -617,7 +617,7 @@ def test_default_mode_from_a_venv_whose_base_lacks_torch(tmp_path):
             f"the offline benchmark virtualenv needs {missing} (pip install safeattn[bench])"
         )
     results = tmp_path / "results"
-    cmd = [str(layout.python), "benchmarks/run.py", "--quick", "--results", str(results)]
+    cmd = [str(layout.python), "tools/run.py", "--quick", "--results", str(results)]
     cmd += ["--bench", r"^speed\.InterpreterSpeedSuite\."]
     start = time.monotonic()
     proc = subprocess.run(

@@ -1,4 +1,4 @@
-"""safeattn.regress.compare: statistics, policy, commit resolution and verdicts, on the
+"""regress.compare: statistics, policy, commit resolution and verdicts, on the
 real asv results of the toy project from test_results.py."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import pandas as pd
 import pytest
 from test_results import TOY_MACHINE, toy_results
 
-from safeattn.gpu_limits import ARCHS
-from safeattn.regress.compare import (
+from regress.compare import (
     BLOCKING_VERDICTS,
     COMPARE_COLUMNS,
     VERDICTS,
@@ -25,7 +24,8 @@ from safeattn.regress.compare import (
     resolve_commit,
     slowdown_sensitivity,
 )
-from safeattn.regress.results import LoadedResults, load_results
+from regress.results import LoadedResults, load_results
+from safeattn.gpu_limits import ARCHS
 
 SPEED = "suite.SpeedSuite.time_forward"
 NONFINITE = "suite.NumericsSuite.track_nonfinite_rate"
@@ -188,7 +188,7 @@ def test_parent_commit_follows_commit_order(toy):
         ({"sidecars": {"env.json": {"gpu_arch": "sm_80"}}}, "sm80"),
         ({"cuda_arch": 89, "sidecars": {}}, "sm89"),
         ({"arch": "x86_64", "sidecars": {}}, None),
-        # benchmarks/run.py's versions-<sha>.json, on a GPU machine and on a CPU-only one.
+        # tools/run.py's versions-<sha>.json, on a GPU machine and on a CPU-only one.
         ({"sidecars": {"versions-ab.json": {"gpu": {"name": "NVIDIA H200", "arch": "sm90"},
                                             "cpu": "AMD EPYC"}}}, "sm90"),
         ({"arch": "x86_64", "sidecars": {"versions-ab.json": {"gpu": None}}}, None),
@@ -343,7 +343,7 @@ def test_slowdown_sensitivity_on_an_a_a_pair(toy, policy):
 
 def test_a_head_value_of_zero_is_an_improvement_not_a_crash():
     """CPU-time samples can round to 0: ratio 0 must read as infinitely better."""
-    from safeattn.regress import compare as c
+    from regress import compare as c
 
     assert c._inverse(0.0) == float("inf")
     assert c._times(c._inverse(0.0)) == "inf x"
@@ -363,7 +363,7 @@ def _speed_rows(ratios, peer=False):
 
 def test_group_row_catches_a_broad_slowdown_that_no_single_row_shows(policy):
     """Every row 4% slower: no row passes max_ratio, the benchmark's geometric mean does."""
-    from safeattn.regress.compare import GROUP_PARAM_KEY, group_rows
+    from regress.compare import GROUP_PARAM_KEY, group_rows
 
     kp = policy.kinds["speed"]
     assert kp.max_group_ratio < 1.04 < kp.max_ratio
@@ -377,7 +377,7 @@ def test_group_row_catches_a_broad_slowdown_that_no_single_row_shows(policy):
 def test_group_row_ignores_one_noisy_row_peers_and_small_groups(policy):
     """One row 12% off (an A/A flip seen on the H200) leaves the mean within the limit;
     peers never form a group; fewer than min_group_rows rows give no group verdict."""
-    from safeattn.regress.compare import group_rows
+    from regress.compare import group_rows
 
     (row,) = group_rows(_speed_rows([1.12] + [1.0] * 31), policy)
     assert row["verdict"] == "unchanged"
@@ -387,12 +387,12 @@ def test_group_row_ignores_one_noisy_row_peers_and_small_groups(policy):
 
 
 def test_aa_report_counts_false_alarms(tmp_path_factory, capsys):
-    """``python -m safeattn.regress.aa`` on real asv output (tests/test_aa.py has the
+    """``python -m regress.aa`` on real asv output (tests/test_aa.py has the
     rest): the A/A pair passes the gate, but the toy suite's single safeattn speed row
     cannot show a 5 % slowdown (no group verdict under min_group_rows), so it exits 1 and
     says so; a pair with a real slowdown names it as a false alarm; an unknown commit
     exits 2."""
-    from safeattn.regress import aa
+    from regress import aa
 
     results, shas = toy_results(tmp_path_factory)
     args = ["--results", str(results), "--machine", TOY_MACHINE]
@@ -410,7 +410,7 @@ def test_aa_report_counts_false_alarms(tmp_path_factory, capsys):
 
 
 def _with_launches(loaded: LoadedResults, configs_by_sha: dict[str, dict]) -> LoadedResults:
-    """``loaded`` with benchmarks/run.py's ``safeattn_launches`` in the commits' sidecars:
+    """``loaded`` with tools/run.py's ``safeattn_launches`` in the commits' sidecars:
     the configs the safeattn head_dim=64 row of the toy SpeedSuite (and its peer) ran."""
     sidecars = {
         f"versions-{sha}.json": {"gpu": None, "safeattn_launches": [
@@ -446,7 +446,7 @@ def test_a_flagged_row_says_when_its_config_changed(toy, policy):
 
 
 def test_an_unflagged_row_is_not_annotated_and_groups_count_changed_rows(toy, policy):
-    from safeattn.regress.compare import group_rows
+    from regress.compare import group_rows
 
     loaded, shas = toy
     configs = {shas["base"]: {"forward": "A"}, shas["same"]: {"forward": "B"}}

@@ -1,4 +1,4 @@
-"""``benchmarks/compiled_step.py`` (eager vs torch.compile training step, a GPU script) on a
+"""``tools/compiled_step.py`` (eager vs torch.compile training step, a GPU script) on a
 CPU: its command line, its grid and table with the measurements faked, and the function it
 compiles, traced in one graph on the tiny model (safeattn under Triton's interpreter)."""
 
@@ -14,12 +14,12 @@ import torch
 from asv_helpers import REPO
 from torch._dynamo.utils import counters
 
+from regress import workloads
 from safeattn import blockmask
 from safeattn.kernels import launch
-from safeattn.regress import workloads
 
 sys.path.insert(0, str(REPO))  # the benchmarks package lives at the repository root
-compiled_step = importlib.import_module("benchmarks.compiled_step")
+compiled_step = importlib.import_module("tools.compiled_step")
 llama = importlib.import_module("benchmarks._llama")
 
 TINY_MODEL = workloads.ModelConfig(
@@ -29,11 +29,11 @@ TINY_MODEL = workloads.ModelConfig(
 
 def test_help_runs_and_the_module_imports_no_torch():
     # asv imports every module under benchmarks/: the standard library only at import.
-    code = "import sys, benchmarks.compiled_step; print('torch' in sys.modules)"
+    code = "import sys, tools.compiled_step; print('torch' in sys.modules)"
     imported = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                               text=True, timeout=120, check=True)  # fmt: skip
     assert imported.stdout.strip() == "False"
-    shown = subprocess.run([sys.executable, "-m", "benchmarks.compiled_step", "--help"],
+    shown = subprocess.run([sys.executable, "-m", "tools.compiled_step", "--help"],
                            cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert shown.returncode == 0, shown.stderr
     assert "--json" in shown.stdout and "--seq-len" in shown.stdout

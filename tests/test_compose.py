@@ -15,7 +15,7 @@ No Docker engine runs on CI, so this file checks what can be checked without one
   repository's ``results/``, or of real sample asv runs while that holds none), the port
   (a free one) and the bind address (loopback).
 - The bench service's entry point clones the checkout at HEAD and hands its arguments to
-  ``benchmarks/run.py`` (with ``--help``: running the suite needs a GPU).
+  ``tools/run.py`` (with ``--help``: running the suite needs a GPU).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import yaml
 # _serve also puts the checkout on sys.path: `dashboard` is not an installed package.
 from _serve import ON_CI, REPO, http_get, require_chromium, wait_for_health
 
-from dashboard.browser import Chromium, free_port
+from tools.browser import Chromium, free_port
 
 COMPOSE_FILE = REPO / "docker-compose.yml"
 RESULTS_ENV = "SAFEATTN_RESULTS"  # the results directory, in both services
@@ -87,7 +87,7 @@ def results_source() -> Path:
     repo_results = REPO / "results"
     if any(repo_results.glob("*/machine.json")):
         return repo_results
-    from dashboard.sample_results import cached_sample_results
+    from tools.sample_results import cached_sample_results
 
     return cached_sample_results()
 
@@ -276,7 +276,7 @@ def test_bench_entrypoint_clones_head_and_passes_arguments_to_run_py(tmp_path: P
         ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout.strip()
     assert f"cloning {REPO} at {head[:12]}" in out, out
-    assert "usage:" in out and "--range" in out, out  # benchmarks/run.py's own --help
+    assert "usage:" in out and "--range" in out, out  # tools/run.py's own --help
     clones = list(tmp_path.glob("safeattn-bench.*"))
     assert len(clones) == 1, clones
     cloned = subprocess.run(

@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 from test_results import TOY_MACHINE, copy_results, toy_results
 
-from safeattn.regress import gate as gate_mod
-from safeattn.regress.confirm import ConfirmError, confirmable
-from safeattn.regress.gate import EXIT_PASS, EXIT_REGRESSION, confirm_report, run_gate
+from regress import gate as gate_mod
+from regress.confirm import ConfirmError, confirmable
+from regress.gate import EXIT_PASS, EXIT_REGRESSION, confirm_report, run_gate
 
 SPEED = "suite.SpeedSuite.time_forward"
 REPO = Path(__file__).resolve().parents[1]
@@ -153,7 +153,7 @@ def test_a_failed_or_empty_re_measurement_exits_2(toy, monkeypatch, capsys):
 def test_the_real_measurer_runs_only_the_selection(monkeypatch, tmp_path):
     """run.py gets the asv regexes, and the grids get the combinations through
     $SAFEATTN_BENCH_ONLY, in a fresh process per call; a failing run.py is a ConfirmError."""
-    from safeattn.regress import confirm as confirm_mod
+    from regress import confirm as confirm_mod
 
     seen = []
 
@@ -167,7 +167,7 @@ def test_the_real_measurer_runs_only_the_selection(monkeypatch, tmp_path):
     measure("f" * 40, selected, tmp_path / "pair-1")
     cmd, cwd, env = seen[0]
     assert cmd[1:] == [
-        "benchmarks/run.py",
+        "tools/run.py",
         "--same",
         "--no-prewarm",
         "--range",
@@ -230,7 +230,7 @@ def test_static_audit_resources_are_never_re_measured():
 
 def _with_launches(results: Path, shas: dict[str, str], dest: Path) -> Path:
     """A copy of the toy results whose base and slow commits record different forward
-    configs for the flagged row (benchmarks/run.py's ``safeattn_launches`` sidecar)."""
+    configs for the flagged row (tools/run.py's ``safeattn_launches`` sidecar)."""
     copy = copy_results(results, dest)
     for name, config in (("base", "M128-N64-w4-s3"), ("slow", "M64-N64-w4-s3")):
         record = {"suite": "suite.SpeedSuite", "params": {"impl": "safeattn", "head_dim": 64},
@@ -256,13 +256,13 @@ def test_a_config_change_still_explains_confirmed_and_cleared_rows(toy, tmp_path
     assert f"config changed: {change}" in reason
 
 
-# ------------------------------------------------------- benchmarks/confirm_demo.py
+# ------------------------------------------------------- tools/confirm_demo.py
 
 
 def _demo():
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))  # the benchmarks package lives at the repository root
-    from benchmarks import confirm_demo
+    from tools import confirm_demo
 
     return confirm_demo
 

@@ -1,6 +1,6 @@
 """The dashboard under ``streamlit.testing.v1.AppTest``, on real asv result files.
 
-The data comes from real ``asv run`` invocations (:mod:`dashboard.sample_results`: a tiny
+The data comes from real ``asv run`` invocations (:mod:`tools.sample_results`: a tiny
 CPU project, two commits on two machines, the second commit really slower and really
 NaN-unsafe), and from the project's own ``results/`` when it holds GPU results. Bad-data
 tests corrupt copies of those real files.
@@ -26,12 +26,12 @@ from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df  # noqa: E
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from dashboard import data, views  # noqa: E402
-from dashboard.sample_results import MACHINES, cached_sample_results  # noqa: E402
+from regress import report  # noqa: E402
+from regress.compare import compare, load_policy, parent_commit  # noqa: E402
+from regress.gate import gate_verdict  # noqa: E402
+from regress.results import load_results  # noqa: E402
 from safeattn.gpu_limits import ARCHS  # noqa: E402
-from safeattn.regress import report  # noqa: E402
-from safeattn.regress.compare import compare, load_policy, parent_commit  # noqa: E402
-from safeattn.regress.gate import gate_verdict  # noqa: E402
-from safeattn.regress.results import load_results  # noqa: E402
+from tools.sample_results import MACHINES, cached_sample_results  # noqa: E402
 
 APP = REPO / "dashboard" / "app.py"
 PAGES = tuple(views.PAGES)
@@ -593,7 +593,7 @@ def test_rates_of_a_peer_never_measured_say_so(sample) -> None:
 
 # ------------------------------------------- a CPU machine beside the GPUs (make demo on CPU)
 # make demo on a machine without a GPU runs the Triton-interpreter suites
-# (benchmarks/run.py's "cpu" set: StaticAuditSuite, InterpreterSpeedSuite,
+# (tools/run.py's "cpu" set: StaticAuditSuite, InterpreterSpeedSuite,
 # InterpreterNumericsSuite): no speed.SpeedSuite rows, and a machine that has run only the
 # static audit so far has no row with an `impl` parameter at all.
 CPU_INTERPRETER = "cpu-interpreter"  # speed and numerics under the interpreter suites' names

@@ -1,5 +1,5 @@
 """The dashboard in a real browser: ``streamlit run`` on localhost over the project's GPU
-history in ``results/``, Debian's Chromium driven by Playwright (:mod:`dashboard.browser`).
+history in ``results/``, Debian's Chromium driven by Playwright (:mod:`tools.browser`).
 
 A person's path through it: open the root URL, reach every page through the sidebar's
 navigation, follow the overview's link to a commit pair, switch the GPU on the
@@ -27,8 +27,8 @@ import pytest
 # _serve also puts the checkout on sys.path: `dashboard` is not an installed package.
 from _serve import REPO, require_chromium
 
-from dashboard.browser import Chromium, PageCheck, serve
 from dashboard.views import DEFAULT_PAGE, PAGES, page_path
+from tools.browser import Chromium, PageCheck, serve
 
 if TYPE_CHECKING:
     from playwright.sync_api import Locator

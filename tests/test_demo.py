@@ -35,8 +35,8 @@ import pytest
 # _serve also puts the checkout on sys.path: `dashboard` is not an installed package.
 from _serve import REPO, require_chromium, wait_for_health
 
-from benchmarks.run import GROUPS, measured_suites
-from dashboard.browser import Chromium
+from tools.browser import Chromium
+from tools.run import GROUPS, measured_suites
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 

@@ -1,6 +1,6 @@
-"""The pieces of ``make demo`` that run without a browser: benchmarks/run.py's status file
+"""The pieces of ``make demo`` that run without a browser: tools/run.py's status file
 and what the dashboard makes of it (dashboard/progress.py), and the launcher's stopping of a
-process tree (dashboard/demo.py). ``tests/test_demo.py`` runs the whole of it."""
+process tree (tools/demo.py). ``tests/test_demo.py`` runs the whole of it."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import time
 # _serve puts the checkout on sys.path: `dashboard` and `benchmarks` are not installed.
 from _serve import REPO
 
-from benchmarks import run
-from dashboard import demo, progress
+from dashboard import progress
+from tools import demo, run
 
 
 def test_status_file_follows_the_run_and_the_dashboard_reads_it(tmp_path):
@@ -53,7 +53,7 @@ def test_run_py_writes_its_status_and_a_failure_ends_it(tmp_path):
     """A run that cannot start (a GPU suite on a CPU machine) still leaves a finished,
     failed status for the dashboard, not a bar stuck mid-way."""
     path = tmp_path / "status.json"
-    cmd = [sys.executable, "benchmarks/run.py", "--status", str(path), "-s", "SpeedSuite",
+    cmd = [sys.executable, "tools/run.py", "--status", str(path), "-s", "SpeedSuite",
            "--results", str(tmp_path / "results")]  # fmt: skip
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
     status = json.loads(path.read_text())

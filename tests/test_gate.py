@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_results import TOY_MACHINE, copy_results, toy_results
 
-from safeattn.regress.gate import main
+from regress.gate import main
 
 SPEED = "suite.SpeedSuite.time_forward"
 NONFINITE = "suite.NumericsSuite.track_nonfinite_rate"
@@ -143,7 +143,7 @@ def test_corrupt_file_of_another_commit_is_only_a_warning(toy, tmp_path, capsys)
     copy = copy_results(results, tmp_path)
     other = next((copy / TOY_MACHINE).glob(f"{shas['broken'][:8]}-*.json"))
     other.write_text("not json")
-    # A per-commit sidecar (benchmarks/run.py writes versions-<sha>.json) of another commit.
+    # A per-commit sidecar (tools/run.py writes versions-<sha>.json) of another commit.
     (copy / TOY_MACHINE / f"versions-{shas['nan']}.json").write_text("{")
     code, out, _ = gate(
         capsys, "--results", str(copy), "--base", shas["base"], "--head", shas["same"]
@@ -220,7 +220,7 @@ def test_command_line_exit_codes(toy):
     cmd = [
         sys.executable,
         "-m",
-        "safeattn.regress.gate",
+        "regress.gate",
         "--results",
         str(results),
         "--base",
@@ -274,7 +274,7 @@ def test_damaged_files_never_crash_the_gate(toy, tmp_path, capsys):
 def test_gate_verdict_reads_compare_rows_like_the_exit_code():
     import pandas as pd
 
-    from safeattn.regress.gate import FAIL, NOTHING_COMPARED, PASS, gate_verdict
+    from regress.gate import FAIL, NOTHING_COMPARED, PASS, gate_verdict
 
     def rows(*verdicts: str) -> pd.DataFrame:
         return pd.DataFrame({"verdict": list(verdicts)})
@@ -292,7 +292,7 @@ def _report_rows(verdicts: list[tuple[str, str]], config_change=None):
     """compare()-shaped rows: one per (verdict, benchmark)."""
     import pandas as pd
 
-    from safeattn.regress.compare import COMPARE_COLUMNS
+    from regress.compare import COMPARE_COLUMNS
 
     rows = []
     for i, (verdict, benchmark) in enumerate(verdicts):
@@ -309,7 +309,7 @@ def _report_rows(verdicts: list[tuple[str, str]], config_change=None):
 
 
 def _report(rows, notes=()):
-    from safeattn.regress.gate import GateReport
+    from regress.gate import GateReport
 
     return GateReport(base="a" * 40, head="b" * 40, machines=["gpu"], rows=rows,
                       policy_source="default", notes=list(notes))  # fmt: skip
@@ -317,7 +317,7 @@ def _report(rows, notes=()):
 
 def test_a_pass_fits_a_screen_in_text():
     """Many improvements, new rows and notes: a PASS stays within 25 lines, with counts."""
-    from safeattn.regress.gate import render_text
+    from regress.gate import render_text
 
     rows = _report_rows([("unchanged", "s.S.track_forward_ms")] * 200
                         + [("improvement", "s.S.track_backward_ms")] * 30
@@ -332,7 +332,7 @@ def test_a_pass_fits_a_screen_in_text():
 def test_markdown_lists_only_blocking_rows_with_config_change():
     """Verdict first; the blocking table holds only blocking rows, each saying whether a
     config change explains it; missing rows are counted (listed folded); the rest counted."""
-    from safeattn.regress.gate import render_markdown
+    from regress.gate import render_markdown
 
     rows = _report_rows([("regression", "s.S.track_forward_ms")]
                         + [("missing", "s.M.track_step_ms")] * 8
@@ -354,7 +354,7 @@ def test_markdown_lists_only_blocking_rows_with_config_change():
 
 def _cleared(n: int):
     """n Confirmations that cleared their row (first run 1.2x, re-runs ~1.0x)."""
-    from safeattn.regress.confirm import Confirmation
+    from regress.confirm import Confirmation
 
     return [Confirmation("gpu", "s.S.track_forward_ms", f"impl=safeattn n={i}",
                          ratios=[1.01, 0.99, 1.02], blocked=[False, False, False],
@@ -368,7 +368,7 @@ def test_a_pass_after_confirm_fits_a_screen_and_counts_the_cleared_rows():
     list of cleared rows in <details>, each with its first-run and re-run evidence."""
     import dataclasses
 
-    from safeattn.regress.gate import render_markdown, render_text
+    from regress.gate import render_markdown, render_text
 
     rows = _report_rows([("unchanged", "s.S.track_forward_ms")] * 200
                         + [("improvement", "s.S.track_backward_ms")] * 30)  # fmt: skip
@@ -396,7 +396,7 @@ def test_markdown_after_confirm_lists_blocking_rows_before_any_count():
     lists of cleared rows."""
     import dataclasses
 
-    from safeattn.regress.gate import render_markdown
+    from regress.gate import render_markdown
 
     rows = _report_rows([("regression", "s.S.track_forward_ms")]
                         + [("unchanged", "s.S.track_backward_ms")] * 20)  # fmt: skip

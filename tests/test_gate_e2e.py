@@ -10,7 +10,7 @@ three heads on top of the base:
 - ``nan``: ``safeattn.attention`` returns a NaN-poisoned output — the interpreter numerics
   benchmark must report a non-finite rate above 0, a failure whatever the base.
 
-Then it measures base and heads for real with ``benchmarks/run.py --same`` (asv
+Then it measures base and heads for real with ``tools/run.py --same`` (asv
 ``--python=same``, each commit imported from its own git worktree), only the two
 benchmarks involved (``--bench``), and runs ``safeattn-gate`` on the results. Corrupt and
 missing result files must give exit 2.
@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from safeattn.regress.gate import main as gate_main
+from regress.gate import main as gate_main
 
 pytest.importorskip("asv", reason="the end-to-end gate test runs real asv (.[bench] extra)")
 
@@ -106,13 +106,13 @@ def _clone_with_working_tree(dest: Path, env: dict) -> str:
 
 
 def _measure(clone: Path, sha: str, results: Path, env: dict) -> None:
-    """The two benchmarks, for real, on one commit (benchmarks/run.py --same)."""
+    """The two benchmarks, for real, on one commit (tools/run.py --same)."""
     runs = [
         ["--bench", SPEED],  # 5 timing samples (run.py records them): Mann-Whitney
         ["--bench", NUMERICS, "--quick"],  # one trial per family: a rate is a rate
     ]
     for extra in runs:
-        cmd = [sys.executable, "benchmarks/run.py", "--same", "--range", sha,
+        cmd = [sys.executable, "tools/run.py", "--same", "--range", sha,
                "--results", str(results), *extra]
         proc = subprocess.run(cmd, cwd=clone, env=env, capture_output=True, text=True)
         if proc.returncode != 0:

@@ -1,5 +1,5 @@
 """The masked-attention benchmarks' building blocks on a CPU, at tiny sizes: the workloads
-(``safeattn/regress/workloads.py``), the masks each implementation gets
+(``regress/workloads.py``), the masks each implementation gets
 (``benchmarks/_masks.py``) and the Llama-style model (``benchmarks/_llama.py``).
 
 What they must show before a GPU times them: every implementation of one mask kind
@@ -20,7 +20,7 @@ import pytest
 import torch
 from asv_helpers import REPO
 
-from safeattn.regress import workloads
+from regress import workloads
 
 sys.path.insert(0, str(REPO))  # the benchmarks package lives at the repository root
 masks = importlib.import_module("benchmarks._masks")
@@ -228,7 +228,7 @@ def test_model_step_gives_the_same_loss_and_gradients_with_each_impl(padding):
 
 def test_flex_model_step_where_torch_runs_it():
     """The whole flex training step, where this torch has a FlexAttention backward for the
-    device (not on a CPU so far: then skipped with torch's reason; benchmarks.smoke runs
+    device (not on a CPU so far: then skipped with torch's reason; tools.smoke runs
     it on a GPU)."""
     batch = llama.make_batch(TINY_MODEL, (0, 2, 4, 8), 16, "cpu")
     params = llama.init_params(TINY_MODEL, "cpu", "float32")

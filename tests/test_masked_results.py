@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 from asv_helpers import REPO, write_asv_results
 
-from safeattn.regress import report, workloads
-from safeattn.regress.compare import GROUP_PARAM_KEY, compare, load_policy
-from safeattn.regress.gate import main as gate_main
-from safeattn.regress.metrics import METRICS, attended_flops, tflops
-from safeattn.regress.results import load_results
+from regress import report, workloads
+from regress.compare import GROUP_PARAM_KEY, compare, load_policy
+from regress.gate import main as gate_main
+from regress.metrics import METRICS, attended_flops, tflops
+from regress.results import load_results
 
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
@@ -181,7 +181,7 @@ def test_readme_block_adds_the_tables_only_where_results_exist(results, tmp_path
 
 
 def test_peer_ratios_script_keeps_mask_kinds_apart(results):
-    peer_ratios = importlib.import_module("benchmarks.peer_ratios")
+    peer_ratios = importlib.import_module("tools.peer_ratios")
     table = peer_ratios.ratio_table(results, MACHINE, HEAD[:8], MASKED)
     assert len(table) == 3 * 16  # per pass: 2 dtypes x 2 head dims x 4 masks
     flex = table.set_index(["metric", "dtype", "head_dim", "mask"])["flex"]

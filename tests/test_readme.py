@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from safeattn.regress import report
+from regress import report
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def test_readme_results_block_matches_results_dir():
     readme = (REPO / "README.md").read_text()
-    fix = "python -m safeattn.regress.report --update README.md"
+    fix = "python -m regress.report --update README.md"
     assert report.readme_section(readme) == report.readme_block(REPO / "results"), (
         f"README's results block is stale: run `{fix}`"
     )

@@ -1,4 +1,4 @@
-"""safeattn.regress.results on result files written by real asv runs.
+"""regress.results on result files written by real asv runs.
 
 The fixture builds a tiny throwaway benchmark project (a git repo in a tmp dir) whose
 commits change what the benchmarks measure, and runs real asv on each commit
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from safeattn.regress.results import BASE_COLUMNS, load_results, results_mtime
+from regress.results import BASE_COLUMNS, load_results, results_mtime
 
 pytest.importorskip("asv", reason="the results tests run real asv (pip install -e '.[bench]')")
 
@@ -333,7 +333,7 @@ def test_loads_the_real_cpu_suite_output():
     """The repository's own suite, run for real (shared with test_asv_suite.py)."""
     from asv_helpers import asv_cpu_run
 
-    from safeattn.regress.metrics import METRICS
+    from regress.metrics import METRICS
 
     run = asv_cpu_run()
     loaded = load_results(run.results)
@@ -347,5 +347,5 @@ def test_loads_the_real_cpu_suite_output():
     assert set(table["metric"]) <= set(METRICS), set(table["metric"]) - set(METRICS)
     own = table[table["impl"] == "safeattn"]
     assert len(own) and (own["status"] == "ok").any()
-    # benchmarks/run.py's per-commit sidecar reaches the machine info.
+    # tools/run.py's per-commit sidecar reaches the machine info.
     assert f"versions-{commit}.json" in loaded.machines[run.machine]["sidecars"]

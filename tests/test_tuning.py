@@ -317,10 +317,10 @@ def test_concurrent_processes_never_corrupt_the_cache(tmp_path):
     "name", ["NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-80GB", "NVIDIA L4"]
 )
 def test_gpu_slug_is_the_asv_machine_name(name):
-    """The tables are named like the asv machines (benchmarks/run.py keeps its own copy:
+    """The tables are named like the asv machines (tools/run.py keeps its own copy:
     it imports nothing outside the standard library)."""
     sys.path.insert(0, str(REPO))
-    run = importlib.import_module("benchmarks.run")
+    run = importlib.import_module("tools.run")
     assert tuning.gpu_slug(name) == run.slug(name)
     assert tuning.gpu_slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
 
@@ -329,8 +329,10 @@ def test_gpu_slug_is_the_asv_machine_name(name):
 
 
 def _benchmarks(module: str):
-    sys.path.insert(0, str(REPO))  # the benchmarks package lives at the repository root
-    return importlib.import_module(f"benchmarks.{module}")
+    """An asv suite module (``benchmarks``) or a tool (``tools``: prewarm, tune, run)."""
+    sys.path.insert(0, str(REPO))  # both packages live at the repository root
+    package = "tools" if module in ("prewarm", "tune", "run") else "benchmarks"
+    return importlib.import_module(f"{package}.{module}")
 
 
 def test_neither_the_prewarm_nor_the_sweep_persists_its_choices():
@@ -403,7 +405,7 @@ def test_the_sweep_keeps_the_majority_and_merges_the_table(monkeypatch, tmp_path
 
 def test_the_gpu_suites_record_each_combinations_configs(monkeypatch, tmp_path):
     """record_launch appends safeattn's launched configs and their sources to the file
-    benchmarks/run.py names; without one it does nothing, and it never raises."""
+    tools/run.py names; without one it does nothing, and it never raises."""
     common = _benchmarks("_common")
     launched = {
         "forward": SimpleNamespace(config="M128-N64-w4-s3", source="table"),

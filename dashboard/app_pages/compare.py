@@ -4,7 +4,7 @@ significance and verdicts (the same comparison and policy the gate uses)."""
 import streamlit as st
 
 from dashboard import state, views
-from safeattn.regress.compare import VERDICTS
+from regress.compare import VERDICTS
 
 st.title("Compare two commits")
 index = state.results_index()

@@ -5,8 +5,8 @@ import altair as alt
 import streamlit as st
 
 from dashboard import state, views
+from regress.metrics import METRICS
 from safeattn.gpu_limits import ARCHS
-from safeattn.regress.metrics import METRICS
 
 st.title("Kernel resources")
 index = state.results_index()

@@ -9,7 +9,7 @@ import math
 import re
 import sys
 
-from safeattn.regress.results import load_results
+from regress.results import load_results
 
 with open(sys.argv[1]) as f:
     log = f.read()

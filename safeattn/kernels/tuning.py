@@ -6,8 +6,8 @@ such a swap from a regression. So ``launch._launch`` looks a choice up, in this 
 
 1. **The committed table** of this GPU, ``tuning_tables/<gpu>.json`` inside this package
    (``<gpu>``: the CUDA device name's slug, ``nvidia-h100-80gb-hbm3``, as the asv machine
-   is named by benchmarks/run.py; else the architecture, ``sm90``). Written by
-   ``python -m benchmarks.tune`` on that GPU and reviewed like code.
+   is named by tools/run.py; else the architecture, ``sm90``). Written by
+   ``python -m tools.tune`` on that GPU and reviewed like code.
 2. **The user's tuning cache**, one file per GPU in ``~/.cache/safeattn/tuning/``
    (``$SAFEATTN_TUNING_CACHE``: another folder, or ``0``/``off`` for no cache at all):
    what the tuner chose in an earlier process for a key the table lacks.
@@ -61,7 +61,7 @@ _WARNED: set[str] = set()  # unreadable files already reported in this process
 
 
 def gpu_slug(name: str) -> str:
-    """``"NVIDIA H100 80GB HBM3"`` -> ``"nvidia-h100-80gb-hbm3"``: the name benchmarks/run.py
+    """``"NVIDIA H100 80GB HBM3"`` -> ``"nvidia-h100-80gb-hbm3"``: the name tools/run.py
     gives the asv machine (its ``slug``, which stays standard-library only and is checked
     against this one by tests/test_tuning.py)."""
     text = re.sub(r"\((r|tm|c)\)|\bcpu\b|@.*$", " ", name, flags=re.IGNORECASE)

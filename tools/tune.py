@@ -1,15 +1,15 @@
 """Tune safeattn's kernels on this GPU for the asv GPU grids and write this GPU's tuning
 table (``safeattn/kernels/tuning_tables/<gpu>.json``, committed and reviewed like code).
 
-    python -m benchmarks.tune [--repeats 3] [--kind speed --kind masked --kind model]
+    python -m tools.tune [--repeats 3] [--kind speed --kind masked --kind model]
                               [--gpu NAME] [--out DIR]
-    python -m benchmarks.tune --list    # the calls it would tune, and the table's keys
+    python -m tools.tune --list    # the calls it would tune, and the table's keys
 
 Not an asv suite (asv imports every module here, so nothing beyond the standard library is
 imported at module level).
 
 What it runs: safeattn's calls of SpeedSuite's dense shapes, MaskedSpeedSuite's masked
-workloads and ModelStepSuite's attention, i.e. benchmarks/prewarm.py's ``tasks()`` of those
+workloads and ModelStepSuite's attention, i.e. tools/prewarm.py's ``tasks()`` of those
 kinds, each one untimed forward+backward by prewarm's ``warm()``, with the committed tables
 and the user's tuning cache switched off and autotuning on (so every tune key they reach is
 timed afresh; ``safeattn/kernels/tuning.py``). All the calls run one after another in one
@@ -49,8 +49,8 @@ _WORKER_ENV = {
 
 def tune_tasks(kinds: tuple[str, ...] = KINDS) -> list[tuple]:
     """prewarm's tasks of these kinds whose implementation is safeattn."""
-    from . import prewarm
-    from ._common import metrics
+    from benchmarks._common import metrics
+    from tools import prewarm
 
     return [t for t in prewarm.tasks() if t[0] in kinds and t[1] == metrics.OWN_IMPL]
 
@@ -70,8 +70,7 @@ def _tune_task(task: tuple) -> tuple[tuple, float, str, dict[str, dict], str]:
     """Run one call in this worker; returns (task, seconds, error or "", {key text: {config,
     times_ms}} of the keys it tuned first in this process, GPU slug)."""
     from safeattn.kernels import launch, tuning
-
-    from . import prewarm
+    from tools import prewarm
 
     before = set(launch.chosen_configs())
     task, seconds, error = prewarm.warm(task)
@@ -157,9 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
 
+    from benchmarks._common import cuda_usable
     from safeattn.kernels import tuning
-
-    from ._common import cuda_usable
 
     out = args.out or tuning.TABLE_DIR
     todo = tune_tasks(tuple(args.kind or KINDS))
@@ -201,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"{key}: {entry['config']} ({agree}/{sum(entry['votes'].values())}, {change})")
     table.update(merged)
     about = (
-        f"benchmarks/tune.py: the asv GPU grids' safeattn calls ({', '.join(args.kind or KINDS)}),"
+        f"tools/tune.py: the asv GPU grids' safeattn calls ({', '.join(args.kind or KINDS)}),"
         f" majority of {args.repeats} process(es); torch {versions.get('torch')}, "
         f"triton {versions.get('triton')}"
     )

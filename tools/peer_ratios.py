@@ -1,11 +1,11 @@
-"""Peer / safeattn ratios from asv results: ``python benchmarks/peer_ratios.py``.
+"""Peer / safeattn ratios from asv results: ``python tools/peer_ratios.py``.
 
-    python benchmarks/peer_ratios.py [--results results] [--machine M] [--commit SHA]
+    python tools/peer_ratios.py [--results results] [--machine M] [--commit SHA]
 
 For one machine and commit (default: the newest measured commit of each machine), prints
 per speed metric and shape ``peer time / safeattn time`` (above 1: safeattn is faster) and
 the geometric mean per peer; ``--suite speed.MaskedSpeedSuite`` or ``speed.ModelStepSuite``
-for the masked-attention suites. Reads results through ``safeattn.regress.results`` (the
+for the masked-attention suites. Reads results through ``regress.results`` (the
 loader the gate and dashboard use); not an asv suite.
 """
 
@@ -26,9 +26,9 @@ def ratio_table(
     """DataFrame: one row per (machine, commit, metric, shape), a column per peer."""
     import pandas as pd
 
-    from safeattn.regress.metrics import OWN_IMPL
-    from safeattn.regress.report import peer_over_own
-    from safeattn.regress.results import load_results
+    from regress.metrics import OWN_IMPL
+    from regress.report import peer_over_own
+    from regress.results import load_results
 
     table = load_results(results_dir).table
     speed = table[(table["suite"] == suite) & table["value"].notna()]
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit")
     parser.add_argument("--suite", default="speed.SpeedSuite")
     args = parser.parse_args(argv)
-    from safeattn.regress.report import geomean
+    from regress.report import geomean
 
     ratios = ratio_table(args.results, args.machine, args.commit, args.suite)
     if ratios.empty:

@@ -4,7 +4,7 @@ shapes, paddings, document lengths, attended-pair counts and readable labels.
 One source of truth for the facts that the benchmarks (which build the masks:
 ``benchmarks/_masks.py``, ``benchmarks/_llama.py``), the README report and the dashboard
 (labels, TFLOP/s on attended pairs) all need. Dependency-free (no torch, no pandas): the
-benchmarks load it by file path as they load :mod:`safeattn.regress.metrics`, and the
+benchmarks load it by file path as they load :mod:`regress.metrics`, and the
 dashboard image, which has no ``benchmarks/``, imports it.
 
 Every workload is causal (top-left, as PyTorch's ``is_causal``) and has H·D = 2048
@@ -79,7 +79,7 @@ class MaskWorkload:
     def attended_pairs(self) -> int:
         """(query, key) pairs that attend, per head, summed over the batch: the work a
         block-sparse kernel cannot skip (FLOPs count these only:
-        :func:`safeattn.regress.metrics.attended_flops`)."""
+        :func:`regress.metrics.attended_flops`)."""
         if self.doc_lengths:
             return sum(causal_pairs(n) for n in self.doc_lengths)
         if self.window is not None:

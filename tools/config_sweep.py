@@ -1,7 +1,7 @@
 """Time a broad set of block configs per kernel on one shape (GPU only), to choose the
 shipped candidate lists in ``safeattn/kernels/configs.py``. Not an asv suite.
 
-    python benchmarks/config_sweep.py --d 128 --n 4096 [--causal]
+    python tools/config_sweep.py --d 128 --n 4096 [--causal]
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ zeroing fully masked rows (so its non-finite rate really rises above 0).
 
 Usage::
 
-    python -m dashboard.sample_results /tmp/sample   # -> /tmp/sample/results
+    python -m tools.sample_results /tmp/sample   # -> /tmp/sample/results
 """
 
 from __future__ import annotations
@@ -272,5 +272,5 @@ def cached_sample_results() -> Path:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m dashboard.sample_results WORKDIR")
+        sys.exit("usage: python -m tools.sample_results WORKDIR")
     print(make_sample_results(sys.argv[1]))

@@ -1,7 +1,7 @@
 """``safeattn-gate``: block a merge on performance, memory, resource or NaN regressions.
 
 Compares the asv results of two commits on every machine that has both, with the one
-comparison the dashboard also uses (:func:`safeattn.regress.compare.compare`), and exits
+comparison the dashboard also uses (:func:`regress.compare.compare`), and exits
 
 - 0: pass — nothing blocking;
 - 1: regression — a regression, failure or vanished benchmark on some machine;
@@ -29,7 +29,7 @@ from typing import Any
 
 import pandas as pd
 
-from safeattn.regress.compare import (
+from regress.compare import (
     BLOCKING_VERDICTS,
     DEFAULT_POLICY_PATH,
     Policy,
@@ -37,7 +37,7 @@ from safeattn.regress.compare import (
     load_policy,
     resolve_commit,
 )
-from safeattn.regress.confirm import (
+from regress.confirm import (
     DEFAULT_ROUNDS,
     Confirmation,
     ConfirmError,
@@ -45,7 +45,7 @@ from safeattn.regress.confirm import (
     confirm,
     run_py_measurer,
 )
-from safeattn.regress.results import LoadedResults, load_results
+from regress.results import LoadedResults, load_results
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_DATA_ERROR = 0, 1, 2
 # Verdicts that show the comparison actually happened; with none of them the gate has
@@ -59,7 +59,7 @@ PASS, FAIL, NOTHING_COMPARED = "pass", "fail", "nothing compared"
 
 
 def gate_verdict(rows: pd.DataFrame) -> str:
-    """The gate's verdict on :func:`~safeattn.regress.compare.compare` rows: ``"fail"``
+    """The gate's verdict on :func:`~regress.compare.compare` rows: ``"fail"``
     (exit 1) when any row is blocking, ``"nothing compared"`` (exit 2) when no row was
     actually compared (every row new, context or not comparable), else ``"pass"`` (exit 0).
     The dashboard states its verdicts with this function, so they read as the gate's."""
@@ -234,7 +234,7 @@ def _select_machines(
 
 def _policy_label(policy: Policy) -> str:
     if Path(policy.source) == DEFAULT_POLICY_PATH:
-        return "default (safeattn/regress/policy.toml)"
+        return "default (regress/policy.toml)"
     return policy.source
 
 
@@ -554,7 +554,7 @@ def confirm_report(
     policy_path: str | Path | None = None,
     log=_log,
 ) -> GateReport:
-    """``report`` after :func:`safeattn.regress.confirm.confirm`: its speed and
+    """``report`` after :func:`regress.confirm.confirm`: its speed and
     live-resource regressions re-measured, the ones the re-run does not confirm cleared."""
     rows, found = confirm(report.rows, report.base, report.head, measure, rounds,
                           policy_path, log)  # fmt: skip
@@ -590,7 +590,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"base/head pairs re-measured by --confirm (default {DEFAULT_ROUNDS})",
     )  # fmt: skip
     parser.add_argument(
-        "--repo", default=".", help="the git checkout whose benchmarks/run.py --confirm runs"
+        "--repo", default=".", help="the git checkout whose tools/run.py --confirm runs"
     )
     return parser
 

@@ -1,12 +1,12 @@
-r"""Benchmark this machine with asv: ``python benchmarks/run.py [options]``.
+r"""Benchmark this machine with asv: ``python tools/run.py [options]``.
 
-    python benchmarks/run.py                      # HEAD, every suite this machine has
-    python benchmarks/run.py --range HEAD~4..HEAD # a commit range (asv's A..B syntax)
-    python benchmarks/run.py --skip-existing      # ... leaving suites already measured here
-    python benchmarks/run.py --same               # the safeattn importable here, as HEAD
-    python benchmarks/run.py --suite gpu          # the GPU suites (or cpu, or suite names)
-    python benchmarks/run.py --same -s NumericsSuite --budget-s 480 --mirror "$OUT"
-    python benchmarks/run.py --quick -b '^speed\.InterpreterSpeedSuite\.'  # asv -b regexes
+    python tools/run.py                      # HEAD, every suite this machine has
+    python tools/run.py --range HEAD~4..HEAD # a commit range (asv's A..B syntax)
+    python tools/run.py --skip-existing      # ... leaving suites already measured here
+    python tools/run.py --same               # the safeattn importable here, as HEAD
+    python tools/run.py --suite gpu          # the GPU suites (or cpu, or suite names)
+    python tools/run.py --same -s NumericsSuite --budget-s 480 --mirror "$OUT"
+    python tools/run.py --quick -b '^speed\.InterpreterSpeedSuite\.'  # asv -b regexes
 
 Select with ``--suite`` (:data:`SUITES`, :data:`GROUPS`) or with anchored ``-b`` regexes:
 asv matches ``-b`` with ``re.search``, so ``-b NumericsSuite`` also selects
@@ -657,12 +657,12 @@ def _run(args: argparse.Namespace, started: float, status: Status) -> int:
 
 
 def prewarm(env: dict) -> None:
-    """Compile the GPU suites' kernels in parallel processes first (benchmarks/prewarm.py):
+    """Compile the GPU suites' kernels in parallel processes first (tools/prewarm.py):
     the suites then find them in Triton's and Inductor's disk caches."""
     start = time.time()
     log("prewarm: compiling the GPU suites' kernels in parallel (--no-prewarm skips this)")
     code = subprocess.run(
-        [sys.executable, "-m", "benchmarks.prewarm"], cwd=REPO, env=env
+        [sys.executable, "-m", "tools.prewarm"], cwd=REPO, env=env
     ).returncode
     log(f"prewarm: {time.time() - start:.0f} s" + (f" (exit status {code})" if code else ""))
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import pandas as pd
 
-from safeattn.regress.metrics import metric_for
+from regress.metrics import metric_for
 
 # The columns of LoadedResults.table that every load has (parameter columns come after).
 BASE_COLUMNS: tuple[str, ...] = (

@@ -65,7 +65,7 @@ def attended_flops(pairs: float, heads: int, head_dim: int, pass_: str) -> float
     fwd, fwd_bwd = 3.5 × fwd. ``pass_`` is ``"forward"``, ``"backward"`` or ``"fwd_bwd"``.
 
     Masked workloads count only the pairs that attend
-    (:meth:`safeattn.regress.workloads.MaskWorkload.attended_pairs`): skipped blocks are
+    (:meth:`regress.workloads.MaskWorkload.attended_pairs`): skipped blocks are
     work a kernel should not do, not work it did.
     """
     factor = {"forward": 1.0, "backward": 2.5, "fwd_bwd": 3.5}[pass_]

@@ -1,4 +1,4 @@
-"""Load-speed benchmark of the dashboard: ``python -m dashboard.bench_load``.
+"""Load-speed benchmark of the dashboard: ``python -m tools.bench_load``.
 
 Generates a results directory of ``--commits`` commits × ``--machines`` machines × the full
 parameter grid of the asv suites, then times the overview page under Streamlit's AppTest:
@@ -67,13 +67,13 @@ def suite_grid() -> dict[str, dict]:
 
 def template_dir(explicit: str | None) -> Path:
     """The real results to copy the format from: ``--template``, the repo's results/ if it
-    holds runs, else a real CPU run of dashboard.sample_results."""
+    holds runs, else a real CPU run of tools.sample_results."""
     if explicit:
         return Path(explicit)
     own = REPO / "results"
     if any(p.name != "machine.json" for p in own.glob("*/*.json")):
         return own
-    from dashboard.sample_results import cached_sample_results
+    from tools.sample_results import cached_sample_results
 
     return cached_sample_results()
 

@@ -1,14 +1,14 @@
 """A/A report: does the gate stay quiet when nothing changed, and still catch what it must?
 
-    python -m safeattn.regress.aa --results results --machine nvidia-h200 A B [C ...]
-    python -m safeattn.regress.aa --results results --machine nvidia-h200   # pairs from git
+    python -m regress.aa --results results --machine nvidia-h200 A B [C ...]
+    python -m regress.aa --results results --machine nvidia-h200   # pairs from git
 
 Give commits that measure the same code, oldest first, or none: then the A/A pairs are the
 consecutive measured commits of the machine whose ``safeattn/`` and ``benchmarks/`` git
 trees are identical (:func:`find_aa_pairs`; git runs in the results directory, which lives
 in the repository). For each consecutive pair it reports:
 
-a. the gate's verdict on the real pair (:func:`safeattn.regress.gate.run_gate`): any block
+a. the gate's verdict on the real pair (:func:`regress.gate.run_gate`): any block
    is a false alarm, the target is none;
 b. every safeattn speed row of the head 5 % slower: caught (the gate blocks on those rows
    or their benchmark's geometric mean), and the share of rows flagged;
@@ -16,7 +16,7 @@ c. one row 20 % slower: caught? The row is the *median-noise row*: of the pair's
    speed rows, the one whose real head/base ratio is the median (lower median; ties by
    benchmark and parameters), so a typical row, neither the luckiest nor the noisiest;
 d. a non-finite rate of 0.01 on one safeattn ``nonfinite_rate`` row of the head
-   (:func:`safeattn.regress.compare.plant_nonfinite`): caught?
+   (:func:`regress.compare.plant_nonfinite`): caught?
 e. corrupt data (the head's result file truncated to half its bytes) and missing data (the
    head's result files absent), on a temporary copy of the pair's files: the gate must exit
    2 on both; the undamaged copy is run too, so an exit 2 is the damage's doing.
@@ -51,8 +51,8 @@ from typing import Any
 
 import pandas as pd
 
-from safeattn.regress import gate
-from safeattn.regress.compare import (
+from regress import gate
+from regress.compare import (
     BLOCKING_VERDICTS,
     GROUP_PARAM_KEY,
     PLANTED_NONFINITE_RATE,
@@ -66,7 +66,7 @@ from safeattn.regress.compare import (
     slowdown_sensitivity,
     speed_flag_counts,
 )
-from safeattn.regress.results import LoadedResults, load_results
+from regress.results import LoadedResults, load_results
 
 # The git trees whose identity makes two commits an A/A pair: the package measured and the
 # suite that measures it. Docs, tests, results and the README may differ.
@@ -92,7 +92,7 @@ def git_toplevel(path: str | Path) -> Path:
     or ``path`` is not in a repository (A/A pairs cannot be found without its history)."""
     hint = (
         "HINT: run it in a clone of the repository (the results directory lives there), "
-        "or name the commits: python -m safeattn.regress.aa --machine M A B [C ...]"
+        "or name the commits: python -m regress.aa --machine M A B [C ...]"
     )
     try:
         proc = subprocess.run(
@@ -588,7 +588,7 @@ def machine_checks(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m safeattn.regress.aa``; returns the exit status."""
+    """Entry point of ``python -m regress.aa``; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", required=True, help="asv results directory")
     parser.add_argument("--machine", required=True, help="asv machine name")
@@ -623,7 +623,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not checks:
                 raise AAInputError(render_markdown(args.machine, [], pairs))
     except (AAInputError, ValueError, FileNotFoundError) as exc:
-        print(f"safeattn.regress.aa: {exc}", file=sys.stderr)
+        print(f"regress.aa: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     sys.stdout.write(RENDERERS[args.format](args.machine, checks, pairs).rstrip("\n") + "\n")
     return exit_code(checks)

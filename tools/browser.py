@@ -1,7 +1,7 @@
 """Serve the dashboard with ``streamlit run`` and drive it in a real headless Chromium.
 
 Used by the browser tests (``tests/test_dashboard_browser.py``, ``test_compose.py``,
-``test_demo.py``) and by the screenshot script (:mod:`dashboard.screens`). The browser is
+``test_demo.py``) and by the screenshot script (:mod:`tools.screens`). The browser is
 the system's Chromium (Debian's ``chromium`` package) driven by Playwright for Python
 (``playwright.sync_api``, launched with ``executable_path``: no ``playwright install``
 download). This module only adds what a Streamlit page needs on top: a page is drawn by
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # imported when a browser starts: serve() and free_port() need no Playwright
     from playwright.sync_api import Locator, Page, Playwright
 
-APP = Path(__file__).resolve().parent / "app.py"
+APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 # What the page shows when a script raises (st.exception and uncaught errors alike).
 EXCEPTION_SELECTOR = '[data-testid="stException"]'

@@ -1,6 +1,6 @@
 """Training-step time of the Llama-style decoder, eager and under ``torch.compile`` (GPU).
 
-    python -m benchmarks.compiled_step [--impl safeattn|sdpa|flex ...]
+    python -m tools.compiled_step [--impl safeattn|sdpa|flex ...]
         [--mode eager|compiled ...] [--seq-len N ...] [--padding none|left ...]
         [--samples S] [--static] [--prewarm N] [--budget-s S] [--json PATH]
 
@@ -32,7 +32,7 @@ L2 flushed, parameter gradients reset to None outside the timed region); the tab
 the median. Peak bytes: ``torch.cuda.max_memory_allocated()`` during one more step, less
 what was allocated before it. An entry that fails shows its reason instead of numbers.
 ``--prewarm N`` first compiles the safeattn and FlexAttention kernels of the model step in
-N processes (``benchmarks/prewarm.py``); ``--budget-s`` starts no entry after that many
+N processes (``tools/prewarm.py``); ``--budget-s`` starts no entry after that many
 seconds, so the table still prints under a command time limit.
 
 Output: one progress line per entry on stderr, a markdown table last on stdout;
@@ -61,7 +61,7 @@ EXPLAINED = ("safeattn",)
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.compiled_step", description=__doc__.split("\n\n")[0]
+        prog="python -m tools.compiled_step", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--impl", choices=IMPLS, action="append", help="default: all")
     parser.add_argument("--mode", choices=MODES, action="append", help="default: both")
@@ -119,7 +119,7 @@ def model_loss(impl: str, cfg: Any = None) -> Callable:
     attention, the mask built inside from ``batch.keep`` (what the compiled mode compiles;
     the eager mode runs the same through ``_llama.train_step``). ``cfg``: a
     ``workloads.ModelConfig``, default the suite's model."""
-    from . import _llama
+    from benchmarks import _llama
 
     def loss(params, batch):
         ids = batch.input_ids
@@ -131,7 +131,7 @@ def model_loss(impl: str, cfg: Any = None) -> Callable:
 
 def _with_new_mask(batch):
     """The batch with a new padding-mask tensor, as a training loop's next batch has."""
-    from . import _llama
+    from benchmarks import _llama
 
     keep = None if batch.keep is None else batch.keep.clone()
     return _llama.Batch(batch.input_ids, batch.labels, batch.positions, keep)
@@ -152,8 +152,8 @@ def count_graph_breaks(impl: str, padding: str, seq_len: int) -> dict:
     compiled mode's loss function (one traced forward, on the GPU)."""
     import torch
 
-    from . import _llama
-    from ._common import workloads
+    from benchmarks import _llama
+    from benchmarks._common import workloads
 
     cfg = workloads.MODEL
     params = _llama.init_params(cfg, "cuda", "bfloat16")
@@ -184,8 +184,8 @@ class Steps:
 
     def step(self, impl: str, mode: str, padding: str, params, batch) -> Callable:
         """``step() -> loss``: one training step without the optimizer."""
-        from . import _llama
-        from ._common import workloads
+        from benchmarks import _llama
+        from benchmarks._common import workloads
 
         cfg = workloads.MODEL
         if mode == "eager":
@@ -214,8 +214,8 @@ def measure(steps: Steps, impl: str, mode: str, seq_len: int, padding: str, samp
     """{"step_ms": [ms, ...], "peak_bytes": n} of one entry on cuda:0."""
     import torch
 
-    from . import _llama
-    from ._common import (
+    from benchmarks import _llama
+    from benchmarks._common import (
         check_no_compile,
         cuda_event_samples,
         dynamo_graphs,
@@ -254,7 +254,7 @@ def run(
     ``measure_fn(steps, impl, mode, seq_len, padding, samples)`` and
     ``explain_fn(impl, padding, seq_len)`` are replaceable (the CPU tests fake them);
     ``after()`` runs after every entry."""
-    from ._common import progress, reason_of
+    from benchmarks._common import progress, reason_of
 
     deadline = time.monotonic() + (args.budget_s if args.budget_s > 0 else math.inf)
     breaks: dict[str, dict] = {}
@@ -367,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     if args.prewarm:
-        from . import prewarm
+        from tools import prewarm
 
         prewarm.run(args.prewarm, kinds=("model",))
     rows, breaks = run(args, after=torch.cuda.empty_cache)

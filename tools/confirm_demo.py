@@ -1,8 +1,8 @@
 r"""``safeattn-gate --confirm`` for real, in one command: a planted slowdown must be
 confirmed and a planted false alarm cleared.
 
-    python benchmarks/confirm_demo.py --log docs/perf/confirm_demo_h100_<date>.log
-    python benchmarks/confirm_demo.py --log /tmp/demo.log --target cpu --rounds 1  # no GPU
+    python tools/confirm_demo.py --log docs/perf/confirm_demo_h100_<date>.log
+    python tools/confirm_demo.py --log /tmp/demo.log --target cpu --rounds 1  # no GPU
 
 Not an asv suite (asv imports every module here, so nothing beyond the standard library is
 imported at module level).
@@ -22,7 +22,7 @@ be measured at all.
 
 Then it measures one safeattn row (:data:`TARGETS`: on a GPU, SpeedSuite's forward time at
 fp16, D=64, N=1024, non-causal, no GQA) for base, same and slow with the gate's own measurer
-(``safeattn.regress.confirm.run_py_measurer``: ``run.py --same --range SHA --bench RE``, one
+(``regress.confirm.run_py_measurer``: ``run.py --same --range SHA --bench RE``, one
 fresh process each), scales the samples of that row in *same*'s result file to ``--plant``
 times base's (on a GPU 1.2: a 20 % false alarm), and runs ``safeattn-gate`` (a fresh process
 each):
@@ -241,7 +241,7 @@ def gate(clone: Path, results: Path, base: str, head: str, extra: list[str], log
     """``safeattn-gate`` in a fresh process, from the clone (``python -m`` imports the
     clone's safeattn, at base), with ``--repo`` the clone; its report and progress go to
     the log. Returns the CompletedProcess."""
-    cmd = [sys.executable, "-m", "safeattn.regress.gate", "--results", str(results),
+    cmd = [sys.executable, "-m", "regress.gate", "--results", str(results),
            "--base", base, "--head", head, "--repo", str(clone), *extra]  # fmt: skip
     log(f"[demo] $ safeattn-gate {' '.join(cmd[3:])}")
     start = time.time()
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(REPO))
     import pandas as pd
 
-    from safeattn.regress.confirm import ConfirmError, run_py_measurer, selection
+    from regress.confirm import ConfirmError, run_py_measurer, selection
 
     log = Log(args.log.resolve())
     target = TARGETS[args.target]

@@ -1,11 +1,11 @@
 """``make demo``: serve the dashboard at once, then benchmark this machine beside it.
 
-    python -m dashboard.demo [--port 8501] [run.py arguments ...]
+    python -m tools.demo [--port 8501] [run.py arguments ...]
 
 1. Starts ``streamlit run dashboard/app.py`` over ``results/`` (the committed GPU history)
    and prints ``[demo] dashboard on http://localhost:8501 ...`` straight away; a second
    ``[demo]`` line says when it answers.
-2. Runs ``benchmarks/run.py`` (this machine's HEAD, every suite it has; extra arguments go
+2. Runs ``tools/run.py`` (this machine's HEAD, every suite it has; extra arguments go
    to run.py) with ``--status``: the dashboard shows the run's suite, step, elapsed time
    and a progress bar, and this machine's results once it finishes.
 3. Keeps serving until Ctrl-C (SIGINT) or SIGTERM, which stop both: the benchmark with
@@ -27,7 +27,7 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-STATUS_ENV = "SAFEATTN_BENCH_STATUS"  # = benchmarks.run.STATUS_ENV, dashboard.progress
+STATUS_ENV = "SAFEATTN_BENCH_STATUS"  # = tools.run.STATUS_ENV, dashboard.progress
 
 
 def say(message: str) -> None:
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             "there as it goes and when it finishes). Ctrl-C stops both.")  # fmt: skip
         started = time.monotonic()
         bench = subprocess.Popen(
-            [sys.executable, "benchmarks/run.py", "--status", str(status), *run_args],
+            [sys.executable, "tools/run.py", "--status", str(status), *run_args],
             cwd=REPO, env=env,
         )  # fmt: skip
         announced = False

@@ -1,8 +1,8 @@
 """Markdown tables from asv results, for the README: generated, never typed in.
 
-    python -m safeattn.regress.report                  # print the tables for results/
-    python -m safeattn.regress.report --update README.md
-    python -m safeattn.regress.report --update README.md --block gate-sensitivity
+    python -m regress.report                  # print the tables for results/
+    python -m regress.report --update README.md
+    python -m regress.report --update README.md --block gate-sensitivity
 
 The README holds the output between ``<!-- results:start -->`` and ``<!-- results:end -->``;
 ``tests/test_readme.py`` checks that it matches what ``results/`` says. Its gate section
@@ -277,18 +277,18 @@ def readme_block(results_dir: str | Path) -> str:
         ]
     parts = [p for p in parts if p]
     if not parts:
-        return "No GPU results yet: run `python benchmarks/run.py` on a GPU machine."
+        return "No GPU results yet: run `python tools/run.py` on a GPU machine."
     return "\n\n".join(parts)
 
 
 def gate_sensitivity_block(results_dir: str | Path) -> str:
     """The "gate sensitivity on A/A pairs" block: for each machine with results, the table of
-    :mod:`safeattn.regress.aa` over its A/A pairs found with git, or a sentence saying it
-    has none. Raises :class:`~safeattn.regress.aa.AAInputError` when git cannot run there."""
+    :mod:`regress.aa` over its A/A pairs found with git, or a sentence saying it
+    has none. Raises :class:`~regress.aa.AAInputError` when git cannot run there."""
     loaded = load_results(results_dir)
     intro = (
         "Gate sensitivity on A/A pairs, generated from results/ by "
-        "`python -m safeattn.regress.aa` (per GPU: `--machine M`, pairs found with git). An "
+        "`python -m regress.aa` (per GPU: `--machine M`, pairs found with git). An "
         "A/A pair is two consecutive measured commits whose `safeattn/` and `benchmarks/` "
         "trees are identical, so the gate should pass it; then, in a copy of the head's "
         f"results, every safeattn speed row is made {aa.BROAD_SLOWDOWN - 1:.0%} slower, one "

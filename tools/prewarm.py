@@ -1,6 +1,6 @@
 """Warm the on-disk compile caches for the GPU suites, in parallel worker processes.
 
-    python -m benchmarks.prewarm [--workers N]     # from the repository root
+    python -m tools.prewarm [--workers N]     # from the repository root
 
 Why: on a fresh GPU machine most of a commit's GPU suites is compiling, one kernel at a
 time in one process: safeattn's Triton kernels (every autotuning candidate of every
@@ -49,8 +49,8 @@ def tasks() -> list[tuple]:
     """("speed", impl, dtype, head_dim, seq_len, causal, gqa), ("masked", impl, dtype,
     head_dim, mask), ("model", impl, seq_len, padding) and ("numerics", family, impl, dtype)
     tuples, FlexAttention first (its compiles are the longest)."""
-    from . import numerics, speed
-    from ._common import pruned_reason
+    from benchmarks import numerics, speed
+    from benchmarks._common import pruned_reason
 
     todo = [
         ("speed", *combo)
@@ -96,8 +96,8 @@ def warm(task: tuple) -> tuple[tuple, float, str]:
     try:
         import torch
 
-        from . import numerics
-        from ._common import attention_call, attention_inputs, dtype_of, impl_context
+        from benchmarks import numerics
+        from benchmarks._common import attention_call, attention_inputs, dtype_of, impl_context
 
         if task[0] == "speed":
             impl, dtype, head_dim, seq_len, causal, gqa = task[1:]
@@ -106,7 +106,7 @@ def warm(task: tuple) -> tuple[tuple, float, str]:
             with impl_context(impl):
                 fn(q, k, v).backward(grad_out)
         elif task[0] == "masked":
-            from . import _masks
+            from benchmarks import _masks
 
             impl, dtype, head_dim, mask = task[1:]
             case = _masks.mask_case(mask, impl, dtype, head_dim)
@@ -115,8 +115,8 @@ def warm(task: tuple) -> tuple[tuple, float, str]:
         elif task[0] == "model":
             # The model's attention calls only, not its training step: the step needs
             # several GB, and a dozen of these processes share one GPU.
-            from . import _llama
-            from ._common import workloads
+            from benchmarks import _llama
+            from benchmarks._common import workloads
 
             impl, seq_len, padding = task[1:]
             pads = workloads.model_padding(padding, seq_len)
@@ -146,7 +146,7 @@ def warm(task: tuple) -> tuple[tuple, float, str]:
 def run(workers: int, kinds: tuple[str, ...] | None = None) -> int:
     """Warm the caches with ``workers`` processes; returns the number of failed tasks.
     ``kinds``: only these task kinds ("speed", "masked", "model", "numerics")."""
-    from ._common import cuda_usable
+    from benchmarks._common import cuda_usable
 
     if not cuda_usable():
         print("[prewarm] no usable CUDA GPU here: nothing to warm", flush=True)

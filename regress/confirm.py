@@ -11,7 +11,7 @@ says so). Failures, vanished benchmarks, non-finite rates, memory, the static au
 resources and every other kind are never cleared: re-measuring cannot make them acceptable.
 
 The measuring is one function, ``measure(sha, selection, results_dir)``; the real one
-(:func:`run_py_measurer`) runs ``benchmarks/run.py --same --range <sha> --bench <regex>`` in a
+(:func:`run_py_measurer`) runs ``tools/run.py --same --range <sha> --bench <regex>`` in a
 fresh process, the tests pass a fake. A measurement that fails, or a re-run that lacks a
 flagged row on either commit, is a data error (exit 2): the gate fails closed.
 """
@@ -32,9 +32,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from safeattn.regress.compare import BLOCKING_VERDICTS, GROUP_PARAM_KEY, compare, load_policy
-from safeattn.regress.metrics import OWN_IMPL
-from safeattn.regress.results import load_results
+from regress.compare import BLOCKING_VERDICTS, GROUP_PARAM_KEY, compare, load_policy
+from regress.metrics import OWN_IMPL
+from regress.results import load_results
 
 # The kinds a re-run can clear: timings, and the live resources of the kernels that ran
 # (which depend on the config the tuner chose in that process).
@@ -125,12 +125,12 @@ def selection(rows: pd.DataFrame) -> Selection:
 
 
 def run_py_measurer(repo: Path, log: Callable[[str], None]) -> Measurer:
-    """The real measurer: ``benchmarks/run.py --same --no-prewarm --range SHA --bench RE
+    """The real measurer: ``tools/run.py --same --no-prewarm --range SHA --bench RE
     --results DIR`` from ``repo`` with ``$SAFEATTN_BENCH_ONLY`` set to the combinations, one
     fresh process per call (asv starts one per benchmark too), on this machine's GPU."""
 
     def measure(sha: str, selected: Selection, results_dir: Path) -> None:
-        cmd = [sys.executable, "benchmarks/run.py", "--same", "--no-prewarm", "--range", sha,
+        cmd = [sys.executable, "tools/run.py", "--same", "--no-prewarm", "--range", sha,
                "--results", str(results_dir)]  # fmt: skip
         for regex in selected.benchmarks:
             cmd += ["--bench", regex]

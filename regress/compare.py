@@ -2,7 +2,7 @@
 one comparison that both ``safeattn-gate`` and the dashboard's compare page use (no UI
 code here).
 
-Directions and must-be-zero come from :mod:`safeattn.regress.metrics`, architecture limits
+Directions and must-be-zero come from :mod:`regress.metrics`, architecture limits
 from :mod:`safeattn.gpu_limits`, thresholds from the policy file (``policy.toml``).
 
 Verdicts, one per (benchmark, parameter combination) present on base or head:
@@ -25,7 +25,7 @@ Verdicts, one per (benchmark, parameter combination) present on base or head:
 A flagged safeattn row (failure, regression, improvement) whose kernels ran with other
 configs on head than on base says so at the end of its reason: ``config changed: forward
 M128-N64-w4-s3 → M64-N64-w4-s3`` (the configs come from the commits' ``versions-<sha>.json``
-sidecars, ``safeattn_launches``, written by benchmarks/run.py); a speed benchmark's group
+sidecars, ``safeattn_launches``, written by tools/run.py); a speed benchmark's group
 row counts its rows that did. Then the verdict may be the tuning table's doing, not the code's.
 """
 
@@ -41,9 +41,9 @@ from typing import Any
 
 import pandas as pd
 
+from regress.metrics import IMPL_PARAM, METRICS, OWN_IMPL
+from regress.results import LoadedResults, format_param_key
 from safeattn.gpu_limits import ARCHS, arch_name
-from safeattn.regress.metrics import IMPL_PARAM, METRICS, OWN_IMPL
-from safeattn.regress.results import LoadedResults, format_param_key
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -625,7 +625,7 @@ def _verdict(
     if kind is None or better not in ("lower", "higher"):
         return "not_comparable", (
             "unknown metric direction: name the benchmark track_<metric> with a metric "
-            "from safeattn.regress.metrics.METRICS"
+            "from regress.metrics.METRICS"
         )
     kp = policy.kinds[kind]
     ratio = result["ratio"]

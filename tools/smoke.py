@@ -1,6 +1,6 @@
 """GPU smoke run of ``speed.MaskedSpeedSuite`` and ``speed.ModelStepSuite`` outside asv.
 
-    python -m benchmarks.smoke [--suite masked|model] [--only NAME=V1,V2 ...]
+    python -m tools.smoke [--suite masked|model] [--only NAME=V1,V2 ...]
                                [--prewarm N] [--budget-s S] [--full]
 
 Measures every combination of the two suites' grids with the suites' own functions
@@ -15,7 +15,7 @@ stderr.
 
 ``--only impl=safeattn,flex --only mask=bool_mask`` restricts a grid (a parameter the
 suite lacks is ignored); ``--prewarm N`` first compiles the two suites' safeattn and
-FlexAttention kernels in N parallel processes (benchmarks/prewarm.py); ``--budget-s S``
+FlexAttention kernels in N parallel processes (tools/prewarm.py); ``--budget-s S``
 starts no combination after S seconds (the rest show "not started"), so the tables still
 print under a command time limit.
 """
@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ._common import QUICK_ENV, Missing, measure_grid, metrics, workloads
+from benchmarks._common import QUICK_ENV, Missing, measure_grid, metrics, workloads
 
 SUITES = ("masked", "model")
 _CLASSES = {"masked": "MaskedSpeedSuite", "model": "ModelStepSuite"}
@@ -198,10 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         os.environ[QUICK_ENV] = "1"
     if args.prewarm:
-        from . import prewarm
+        from tools import prewarm
 
         prewarm.run(args.prewarm, kinds=suites)
-    from . import speed
+    from benchmarks import speed
 
     print(run(speed, suites, only, args.budget_s), flush=True)
     return 0

@@ -1,8 +1,8 @@
-"""Screenshots of every dashboard page: ``python -m dashboard.screens [--results DIR]``.
+"""Screenshots of every dashboard page: ``python -m tools.screens [--results DIR]``.
 
 Serves the app with ``streamlit run`` over an asv results directory (default: the
 repository's ``results/``, the project's GPU history), loads each page in headless Chromium
-through Playwright (:class:`dashboard.browser.Chromium`), refuses to save anything if a
+through Playwright (:class:`tools.browser.Chromium`), refuses to save anything if a
 page shows a Streamlit exception or an error dialog, and writes one small PNG per page to
 ``docs/screenshots/<page>.png`` (downscaled, palette-quantised). Needs Chromium
 (``apt-get install -y chromium``) and Playwright (``pip install -e '.[test]'``; it drives
@@ -19,8 +19,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from dashboard.browser import Chromium, serve, small_png  # noqa: E402
 from dashboard.views import PAGES, page_path  # noqa: E402
+from tools.browser import Chromium, serve, small_png  # noqa: E402
 
 # Per page, the query string of the view worth showing (shareable-view parameters).
 VIEWS: dict[str, str] = {"history": "impl=safeattn"}

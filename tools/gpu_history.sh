@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Benchmark the last N commits of this repository on this GPU machine, offline, into results/.
 #
-#   bash benchmarks/gpu_history.sh [N] [extra benchmarks/run.py options, e.g. --same]
+#   bash tools/gpu_history.sh [N] [extra tools/run.py options, e.g. --same]
 #
-# N (default 5) commits: HEAD~N..HEAD, oldest first, one benchmarks/run.py call per commit,
+# N (default 5) commits: HEAD~N..HEAD, oldest first, one tools/run.py call per commit,
 # the GPU suites only (run.py --suite gpu: LiveResources, Speed, Memory, Numerics,
 # ModelStep, MaskedSpeed; give --suite/--bench to choose others). Suites already measured
 # for a commit on this machine (in results/) are skipped, so a second call resumes where a
@@ -18,7 +18,7 @@
 #                                   still hands back everything measured before the kill)
 #   SAFEATTN_WHEELS=DIR             asv's wheels (default .whl), installed with --target
 #                                   when asv is not importable (no network needed)
-#   SAFEATTN_PREWARM=0              skip the parallel compile warm-up (benchmarks/prewarm.py)
+#   SAFEATTN_PREWARM=0              skip the parallel compile warm-up (tools/prewarm.py)
 #                                   that runs once before the first commit
 #
 # Needs a git checkout. The device machine's copy of the repository has no .git: bundle the
@@ -26,7 +26,7 @@
 #   here:    git bundle create .bundle/repo.bundle main
 #   device:  git clone -q -b main .bundle/repo.bundle /tmp/r && cp -r .whl /tmp/r/ && cd /tmp/r
 #            SAFEATTN_HISTORY_BUDGET_S=480 SAFEATTN_RESULTS_MIRROR="$OUT" \
-#              bash benchmarks/gpu_history.sh 3 --same
+#              bash tools/gpu_history.sh 3 --same
 #   (.bundle/ and .whl/ are git-ignored: name them in the device call's carry list.)
 # Also needs torch and triton installed, and asv with its dependencies importable or as wheels
 # in .whl/: asv, asv_runner, virtualenv, python-discovery, distlib, platformdirs, json5,
@@ -44,7 +44,7 @@ if ! git rev-parse --git-dir >/dev/null 2>&1; then
 (The device machine's copy of the repository is a working tree without .git.)
 HINT: here:   git bundle create .bundle/repo.bundle main   (then carry .bundle and .whl)
       there:  git clone -q -b main .bundle/repo.bundle /tmp/r && cp -r .whl /tmp/r/ && cd /tmp/r
-              bash benchmarks/gpu_history.sh ${1:-5} --same
+              bash tools/gpu_history.sh ${1:-5} --same
       (-b main: a bundle has no HEAD, a plain clone of it checks nothing out)
 EOF
   exit 2
@@ -86,7 +86,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
 # Once for all commits (run.py would warm per call): the caches serve every commit whose
 # kernels are the working tree's.
 if [ "${SAFEATTN_PREWARM:-1}" != "0" ]; then
-  python3 -m benchmarks.prewarm || true
+  python3 -m tools.prewarm || true
 fi
 budget="${SAFEATTN_HISTORY_BUDGET_S:-0}"
 start=$(date +%s)
@@ -102,14 +102,14 @@ for sha in $(git rev-list --first-parent --reverse "HEAD~${N}..HEAD"); do
     limit=(--budget-s "$((budget - elapsed))")
   fi
   commit_start=$(date +%s)
-  python3 benchmarks/run.py --range "${sha}^!" --skip-existing --no-prewarm "${select[@]}" \
+  python3 tools/run.py --range "${sha}^!" --skip-existing --no-prewarm "${select[@]}" \
     "${limit[@]}" "${mirror[@]}" "$@" || status=$?
   echo "[gpu_history] ${sha:0:8}: $(($(date +%s) - commit_start)) s"
 done
 echo "[gpu_history] ${N} commits looked at in $(($(date +%s) - start)) s (run.py status ${status})"
 if python3 -c "import pandas" 2>/dev/null; then
-  PYTHONPATH="$(pwd)${PYTHONPATH:+:${PYTHONPATH}}" python3 benchmarks/peer_ratios.py || true
+  PYTHONPATH="$(pwd)${PYTHONPATH:+:${PYTHONPATH}}" python3 tools/peer_ratios.py || true
 else
-  echo "[gpu_history] no pandas here: run python3 benchmarks/peer_ratios.py where results/ goes"
+  echo "[gpu_history] no pandas here: run python3 tools/peer_ratios.py where results/ goes"
 fi
 exit "${status}"

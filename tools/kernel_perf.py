@@ -1,7 +1,7 @@
 """Quick forward/backward TFLOP/s table: safeattn beside SDPA-flash, SDPA-cuDNN and
 FlexAttention, measured in the same process (GPU only; not an asv suite).
 
-    python benchmarks/kernel_perf.py [--json out.json] [--d 64 128] [--n 1024 4096 16384]
+    python tools/kernel_perf.py [--json out.json] [--d 64 128] [--n 1024 4096 16384]
 
 bf16, B·N = 16384 tokens, H·D = 2048 (DESIGN.md's grid). Median of CUDA-event timings
 (``triton.testing.do_bench``); warm-up and autotuning happen before the timed region.
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     import safeattn
-    from safeattn.regress.metrics import attention_flops, tflops
+    from regress.metrics import attention_flops, tflops
 
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--d", type=int, nargs="+", default=[64, 128])
