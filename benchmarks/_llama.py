@@ -24,7 +24,7 @@ the batch's (B, N) padding mask as a training loop builds it, once per batch:
   un-masked: ``_masks.unmask_empty_rows`` says why) and K/V repeated to the query heads
   (transformers repeats them whenever there is a mask: SDPA's ``enable_gqa`` with a mask
   would fall back to the math backend).
-- ``flex``: FlexAttention (compiled, ``_common.compiled_flex``) with a BlockMask created
+- ``flex``: FlexAttention (compiled, ``_attention.compiled_flex``) with a BlockMask created
   for the batch (causal, or causal & key kept) and ``enable_gqa=True``.
 
 Activations use the layout a real decoder has: projections give (B, N, H, D), rotary
@@ -38,7 +38,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _masks
-from ._common import compiled_flex, dtype_of, workloads
+from ._attention import compiled_flex, dtype_of
+from ._truth import workloads
 
 IGNORE_INDEX = -100  # F.cross_entropy's default ignore_index: a padding position's label
 IMPLS = ("safeattn", "sdpa", "flex")

@@ -1,5 +1,5 @@
 """Mask builders of the masked-attention benchmarks (a private module: asv imports it and
-finds no benchmark; torch is imported inside the functions, see benchmarks/_common.py).
+finds no benchmark; torch is imported inside the functions, see benchmarks/_grid.py).
 
 The workloads themselves (batch, lengths, paddings, documents, attended pairs) are facts of
 ``regress/workloads.py``; this module turns them into what each implementation
@@ -33,7 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._common import compiled_flex, dtype_of, workloads
+from ._attention import compiled_flex, dtype_of
+from ._truth import workloads
 
 # --- the masks, one function per structure (tensors on ``device``) ------------------------
 
@@ -173,7 +174,7 @@ def mask_case(
     heads: int | None = None,
 ) -> MaskCase:
     """The call of ``impl`` ("safeattn", "flex", or an SDPA peer "sdpa_*": the backend is
-    pinned by the caller, ``_common.impl_context``) on mask ``kind``, masks built here.
+    pinned by the caller, ``_attention.impl_context``) on mask ``kind``, masks built here.
 
     ``workload`` replaces the suite's (``workloads.MASK_WORKLOADS[kind]``; the tests pass a
     shrunk one), ``heads`` the suite's 2048 // D, ``flex`` the compiled FlexAttention (the

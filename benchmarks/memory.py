@@ -2,7 +2,7 @@
 
 ``MemorySuite`` (GPU only; absent without a usable CUDA GPU) has SpeedSuite's grid
 (impl × dtype × head_dim × seq_len × causal × gqa, shapes from DESIGN.md), FlexAttention
-pruned the same way (``_common.FLEX_HEAD_DIMS``: it compiles per shape).
+pruned the same way (``_grid.FLEX_HEAD_DIMS``: it compiles per shape).
 
 The number is ``torch.cuda.max_memory_allocated()`` during ``out = f(q, k, v);
 out.backward(grad)`` minus what was allocated just before (inputs and upstream gradient),
@@ -19,19 +19,10 @@ from __future__ import annotations
 
 import itertools
 
-from ._common import (
-    GRID_TIMEOUT_S,
-    attention_call,
-    attention_inputs,
-    cuda_usable,
-    impl_context,
-    lookup,
-    measure_grid,
-    metrics,
-    require_cuda,
-    tracks_metric,
-    unless_pruned,
-)
+from ._attention import attention_call, attention_inputs, impl_context
+from ._env import cuda_usable, require_cuda
+from ._grid import GRID_TIMEOUT_S, lookup, measure_grid, tracks_metric, unless_pruned
+from ._truth import metrics
 from .speed import CAUSAL, GPU_DTYPES, GPU_HEAD_DIMS, GPU_IMPLS, GPU_SEQ_LENS, GQA
 
 
@@ -61,10 +52,10 @@ class MemorySuite:
     params = (GPU_IMPLS, GPU_DTYPES, GPU_HEAD_DIMS, GPU_SEQ_LENS, CAUSAL, GQA)
     param_names = (metrics.IMPL_PARAM, "dtype", "head_dim", "seq_len", "causal", "gqa")
     timeout = GRID_TIMEOUT_S
-    version = "memory-1"  # bump when what it measures changes (see _common)
+    version = "memory-1"  # bump when what it measures changes (see _grid)
 
     def setup(self, cache, *combo):
-        lookup(cache, combo)  # not measured: skipped (NaN) here, not failed (_common)
+        lookup(cache, combo)  # not measured: skipped (NaN) here, not failed (_grid)
 
     def setup_cache(self) -> dict:
         require_cuda()

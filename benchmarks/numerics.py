@@ -11,8 +11,8 @@ reference, per adversarial family (``safeattn.families``) × implementation × d
 Rates are fractions of trials (seeds 0 .. trials-1: :data:`GPU_TRIALS` on the GPU, where a
 trial of the "gpu" size costs seconds of compiling; :data:`CPU_TRIALS` on the CPU, one in
 quick mode); each trial runs forward and backward and is judged by
-``safeattn.families.check``. Peers get the exact
-allowed-pairs mask of each case through ``families.mask_adapter``: SDPA as a dense
+``safeattn.contract.check``. Peers get the exact
+allowed-pairs mask of each case through ``contract.mask_adapter``: SDPA as a dense
 ``attn_mask`` (``None`` when every pair is allowed), FlexAttention as a compiled block
 mask / score bias. A peer that refuses a case (SDPA flash takes no mask at all) makes that
 (family, impl, dtype) NaN, with the error as the reason; a family that crashes an
@@ -27,20 +27,10 @@ from __future__ import annotations
 
 import itertools
 
-from ._common import (
-    GRID_TIMEOUT_S,
-    compiled_flex,
-    cuda_usable,
-    dtype_of,
-    impl_context,
-    lookup,
-    measure_grid,
-    metrics,
-    quick,
-    require_cuda,
-    tracks_metric,
-    use_interpreter,
-)
+from ._attention import compiled_flex, dtype_of, impl_context
+from ._env import cuda_usable, quick, require_cuda, use_interpreter
+from ._grid import GRID_TIMEOUT_S, field_tracker, lookup, measure_grid
+from ._truth import metrics
 
 FAMILIES = [
     "leftpad_causal",
@@ -69,7 +59,7 @@ def _impl(name: str):
     import torch
 
     import safeattn
-    from safeattn import families
+    from safeattn import contract
 
     if name == metrics.OWN_IMPL:
         return safeattn.attention
@@ -81,7 +71,7 @@ def _impl(name: str):
                 mask = None  # nothing excluded: lets backends without mask support run
             return sdpa(q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
 
-        return families.mask_adapter(name, call_sdpa)
+        return contract.mask_adapter(name, call_sdpa)
     if name == "flex":
         from torch.nn.attention.flex_attention import create_block_mask
 
@@ -110,16 +100,16 @@ def _impl(name: str):
                 q, k, v, score_mod=add_bias, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
             )
 
-        return families.mask_adapter(name, call_flex)
+        return contract.mask_adapter(name, call_flex)
     raise ValueError(f"benchmarks: unknown impl {name!r}")
 
 
 def _measure(grid: list, device: str, size: str, trials: int, tag: str) -> dict:
     def rates(family: str, impl: str, dtype: str) -> dict[str, float]:
-        from safeattn import families
+        from safeattn import contract
 
         with impl_context(impl):
-            values = families.rates(family, _impl(impl), dtype_of(dtype), device, trials, size)
+            values = contract.rates(family, _impl(impl), dtype_of(dtype), device, trials, size)
         return dict(zip(RATES, map(float, values), strict=True))
 
     return measure_grid(
@@ -137,26 +127,18 @@ class NumericsSuite:
     params = (FAMILIES, GPU_IMPLS, DTYPES)
     param_names = ("family", metrics.IMPL_PARAM, "dtype")
     timeout = GRID_TIMEOUT_S
-    version = "numerics-1"  # bump when what it measures changes (see _common)
+    version = "numerics-1"  # bump when what it measures changes (see _grid)
 
     def setup(self, cache, *combo):
-        lookup(cache, combo)  # not measured: skipped (NaN) here, not failed (_common)
+        lookup(cache, combo)  # not measured: skipped (NaN) here, not failed (_grid)
 
     def setup_cache(self) -> dict:
         require_cuda()
         return _measure(self.params, "cuda", "gpu", GPU_TRIALS, "numerics")
 
-    @tracks_metric
-    def track_nonfinite_rate(self, cache, *combo):
-        return lookup(cache, combo)["nonfinite_rate"]
-
-    @tracks_metric
-    def track_wrong_result_rate(self, cache, *combo):
-        return lookup(cache, combo)["wrong_result_rate"]
-
-    @tracks_metric
-    def track_max_rel_error(self, cache, *combo):
-        return lookup(cache, combo)["max_rel_error"]
+    track_nonfinite_rate = field_tracker("nonfinite_rate")
+    track_wrong_result_rate = field_tracker("wrong_result_rate")
+    track_max_rel_error = field_tracker("max_rel_error")
 
 
 if not cuda_usable():
@@ -169,23 +151,15 @@ class InterpreterNumericsSuite:
     params = (FAMILIES, CPU_IMPLS, DTYPES)
     param_names = ("family", metrics.IMPL_PARAM, "dtype")
     timeout = GRID_TIMEOUT_S
-    version = "numerics-cpu-1"  # bump when what it measures changes (see _common)
+    version = "numerics-cpu-1"  # bump when what it measures changes (see _grid)
 
     def setup(self, cache, *combo):
-        lookup(cache, combo)  # not measured: skipped (NaN) here, not failed (_common)
+        lookup(cache, combo)  # not measured: skipped (NaN) here, not failed (_grid)
 
     def setup_cache(self) -> dict:
         use_interpreter()
         return _measure(self.params, "cpu", "small", 1 if quick() else CPU_TRIALS, "numerics-cpu")
 
-    @tracks_metric
-    def track_nonfinite_rate(self, cache, *combo):
-        return lookup(cache, combo)["nonfinite_rate"]
-
-    @tracks_metric
-    def track_wrong_result_rate(self, cache, *combo):
-        return lookup(cache, combo)["wrong_result_rate"]
-
-    @tracks_metric
-    def track_max_rel_error(self, cache, *combo):
-        return lookup(cache, combo)["max_rel_error"]
+    track_nonfinite_rate = field_tracker("nonfinite_rate")
+    track_wrong_result_rate = field_tracker("wrong_result_rate")
+    track_max_rel_error = field_tracker("max_rel_error")

@@ -29,23 +29,11 @@ import os
 import sys
 import time
 
-from ._common import (
-    GRID_TIMEOUT_S,
-    Missing,
-    attention_inputs,
-    audit_cache,
-    cuda_usable,
-    gpu_limits,
-    launch_note,
-    lookup,
-    progress,
-    quick,
-    reason_of,
-    record_launch,
-    require_cuda,
-    tracks_metric,
-    tuner_timings,
-)
+from ._attention import attention_inputs
+from ._env import cuda_usable, quick, require_cuda
+from ._grid import GRID_TIMEOUT_S, Missing, field_tracker, lookup, progress, reason_of
+from ._launches import launch_note, record_launch, tuner_timings
+from ._truth import audit_cache, gpu_limits
 
 KERNELS = ["forward", "bwd_preprocess", "bwd_dkdv", "bwd_dq"]
 # float16 shares bfloat16's configs and footprint. Quick mode (CI) audits one slice: enough
@@ -66,10 +54,10 @@ class StaticAuditSuite:
     params = (AUDIT_ARCHS, KERNELS, AUDIT_DTYPES, AUDIT_HEAD_DIMS)
     param_names = ("arch", "kernel", "dtype", "head_dim")
     timeout = GRID_TIMEOUT_S
-    version = "audit-1"  # bump when what it measures changes (see _common)
+    version = "audit-1"  # bump when what it measures changes (see _grid)
 
     def setup(self, cache, *combo):
-        lookup(cache, combo)  # not measured: skipped (NaN) here, not failed (_common)
+        lookup(cache, combo)  # not measured: skipped (NaN) here, not failed (_grid)
 
     def setup_cache(self) -> dict:
         start = time.perf_counter()
@@ -94,17 +82,9 @@ class StaticAuditSuite:
             worst.setdefault(key, Missing(f"no config compiled, e.g. {error}"))
         return worst
 
-    @tracks_metric
-    def track_shared_bytes(self, cache, *combo):
-        return lookup(cache, combo)["shared_bytes"]
-
-    @tracks_metric
-    def track_registers(self, cache, *combo):
-        return lookup(cache, combo)["registers"]
-
-    @tracks_metric
-    def track_spills(self, cache, *combo):
-        return lookup(cache, combo)["spills"]
+    track_shared_bytes = field_tracker("shared_bytes")
+    track_registers = field_tracker("registers")
+    track_spills = field_tracker("spills")
 
 
 def _audit_rows() -> tuple[list[dict], str]:
@@ -155,10 +135,10 @@ class LiveResourcesSuite:
     params = (KERNELS, LIVE_DTYPES, LIVE_HEAD_DIMS)
     param_names = ("kernel", "dtype", "head_dim")
     timeout = GRID_TIMEOUT_S
-    version = "live-resources-1"  # bump when what it measures changes (see _common)
+    version = "live-resources-1"  # bump when what it measures changes (see _grid)
 
     def setup(self, cache, *combo):
-        lookup(cache, combo)  # not measured: skipped (NaN) here, not failed (_common)
+        lookup(cache, combo)  # not measured: skipped (NaN) here, not failed (_grid)
 
     def setup_cache(self) -> dict:
         require_cuda()
@@ -199,17 +179,9 @@ class LiveResourcesSuite:
             progress(f"[resources] {dtype} D={head_dim} done ({seconds:.1f} s){chosen}")
         return measured
 
-    @tracks_metric
-    def track_shared_bytes(self, cache, *combo):
-        return lookup(cache, combo)["shared_bytes"]
-
-    @tracks_metric
-    def track_registers(self, cache, *combo):
-        return lookup(cache, combo)["registers"]
-
-    @tracks_metric
-    def track_spills(self, cache, *combo):
-        return lookup(cache, combo)["spills"]
+    track_shared_bytes = field_tracker("shared_bytes")
+    track_registers = field_tracker("registers")
+    track_spills = field_tracker("spills")
 
 
 if not cuda_usable():

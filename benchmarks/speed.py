@@ -63,7 +63,7 @@
 
 How the time is measured, and why it is reported through ``track_*``:
 
-- GPU: one CUDA-event pair per call (``_common.cuda_event_samples``: do_bench's method, L2
+- GPU: one CUDA-event pair per call (``_gpu_measure.cuda_event_samples``: do_bench's method, L2
   flushed before each call, but a fixed 30 samples), after one untimed forward+backward
   that compiles and autotunes (so no autotuning or compilation is ever inside the timed
   region) and three more warm-up calls.
@@ -75,7 +75,7 @@ How the time is measured, and why it is reported through ``track_*``:
   ``{"samples": [ms, ...], "number": 1}`` from ``track_*``: asv stores it like a ``time_*``
   result (median, 99 % CI, quartiles, repeat count), in the unit declared here ("ms").
 - The whole grid is measured in ``setup_cache`` (one process, one CUDA context, kernels
-  compiled once); each ``track_*`` process only looks its entry up (benchmarks/_common.py).
+  compiled once); each ``track_*`` process only looks its entry up (benchmarks/_grid.py).
 
 Cost of one commit's GPU suites (``run.py --suite gpu``; run.py prints each suite's wall
 time and, as it goes, every grid entry's seconds). Measured on an H200 (16 cores), offline,
@@ -91,7 +91,7 @@ asv's virtualenv mode, ``gpu_history.sh 8`` (results/nvidia-h200, commits 0ef47c
 - on an H100 (16 cores), ``gpu_history.sh 5`` (results/nvidia-h100-80gb-hbm3, 8f24f0f..
   4418cfe): prewarm 105 s, first commit 491 s (LiveResources 80, Speed 178, Memory 43,
   Numerics 186), later commits 191-432 s (Numerics 48-308: see docs/perf's H100 log).
-- FlexAttention still runs at head_dim 128 only (``_common.FLEX_HEAD_DIMS``; the other
+- FlexAttention still runs at head_dim 128 only (``_grid.FLEX_HEAD_DIMS``; the other
   entries are NaN, "pruned"): each shape costs a forward+backward compile.
 - MaskedSpeedSuite (16 FlexAttention compiles, prewarmed) and ModelStepSuite (4): on an
   H200, ``run.py --same --suite MaskedSpeedSuite --suite ModelStepSuite`` took 808 s
@@ -109,32 +109,21 @@ from __future__ import annotations
 import itertools
 import time
 
-from ._common import (
+from ._attention import attention_call, attention_inputs, impl_context
+from ._env import cuda_usable, quick, require_cuda, use_interpreter
+from ._gpu_measure import check_no_compile, cuda_event_samples, dynamo_graphs, step_peak_bytes
+from ._grid import (
     GRID_TIMEOUT_S,
     Missing,
-    attention_call,
-    attention_inputs,
-    check_no_compile,
-    cuda_event_samples,
-    cuda_usable,
-    dynamo_graphs,
-    impl_context,
-    launch_note,
+    field_tracker,
     lookup,
     measure_grid,
-    metrics,
+    pass_tracker,
     progress,
-    quick,
-    record_launch,
-    require_cuda,
-    sample_result,
-    step_peak_bytes,
-    tracks_metric,
-    tuner_timings,
     unless_pruned,
-    use_interpreter,
-    workloads,
 )
+from ._launches import launch_note, record_launch, tuner_timings
+from ._truth import metrics, workloads
 
 # The SDPA math backend is a correctness baseline, not a speed peer (see module doc).
 GPU_IMPLS: list[str] = [metrics.OWN_IMPL, *(p for p in metrics.PEERS if p != "sdpa_math")]
@@ -180,6 +169,16 @@ def per_pass(by_combo: dict) -> dict:
         for combo, value in by_combo.items()
         for name in PASSES
     }
+
+
+def _gpu_grid(tag: str, params: tuple, measure, describe) -> dict:
+    """A GPU suite's setup_cache grid: ``{combo: measure(*combo)}`` over ``params`` (a
+    Missing reason where it raises), CUDA's cached memory freed after each entry."""
+    require_cuda()
+    import torch
+
+    combos = itertools.product(*params)
+    return measure_grid(tag, combos, measure, describe=describe, after=torch.cuda.empty_cache)
 
 
 def _gpu_times(impl: str, dtype: str, head_dim: int, seq_len: int, causal: bool, gqa: int):
@@ -284,35 +283,17 @@ class SpeedSuite:
     params = (GPU_IMPLS, GPU_DTYPES, GPU_HEAD_DIMS, GPU_SEQ_LENS, CAUSAL, GQA)
     param_names = SPEED_PARAM_NAMES
     timeout = GRID_TIMEOUT_S
-    version = "speed-1"  # bump when what it measures changes (see _common)
+    version = "speed-1"  # bump when what it measures changes (see _grid)
 
     def setup(self, cache, *combo):
-        lookup(cache, ("forward", *combo))  # not measured: skipped (NaN) here, not failed (_common)
+        lookup(cache, ("forward", *combo))  # not measured: skipped (NaN) here, not failed (_grid)
 
     def setup_cache(self) -> dict:
-        require_cuda()
-        import torch
+        return per_pass(_gpu_grid("speed", self.params, unless_pruned(_gpu_times), _medians))
 
-        by_combo = measure_grid(
-            "speed",
-            itertools.product(*self.params),
-            unless_pruned(_gpu_times),
-            describe=_medians,
-            after=torch.cuda.empty_cache,
-        )
-        return per_pass(by_combo)
-
-    @tracks_metric
-    def track_forward_ms(self, cache, *combo):
-        return sample_result(lookup(cache, ("forward", *combo)))
-
-    @tracks_metric
-    def track_backward_ms(self, cache, *combo):
-        return sample_result(lookup(cache, ("backward", *combo)))
-
-    @tracks_metric
-    def track_fwd_bwd_ms(self, cache, *combo):
-        return sample_result(lookup(cache, ("fwd_bwd", *combo)))
+    track_forward_ms = pass_tracker("forward")
+    track_backward_ms = pass_tracker("backward")
+    track_fwd_bwd_ms = pass_tracker("fwd_bwd")
 
 
 class MaskedSpeedSuite:
@@ -321,35 +302,17 @@ class MaskedSpeedSuite:
     params = (MASKED_IMPLS, GPU_DTYPES, GPU_HEAD_DIMS, MASKS)
     param_names = MASKED_PARAM_NAMES
     timeout = GRID_TIMEOUT_S
-    version = "masked-speed-1"  # bump when what it measures changes (see _common)
+    version = "masked-speed-1"  # bump when what it measures changes (see _grid)
 
     def setup(self, cache, *combo):
-        lookup(cache, ("forward", *combo))  # not measured: skipped (NaN) here, not failed (_common)
+        lookup(cache, ("forward", *combo))  # not measured: skipped (NaN) here, not failed (_grid)
 
     def setup_cache(self) -> dict:
-        require_cuda()
-        import torch
+        return per_pass(_gpu_grid("masked-speed", self.params, _masked_times, _medians))
 
-        by_combo = measure_grid(
-            "masked-speed",
-            itertools.product(*self.params),
-            _masked_times,
-            describe=_medians,
-            after=torch.cuda.empty_cache,
-        )
-        return per_pass(by_combo)
-
-    @tracks_metric
-    def track_forward_ms(self, cache, *combo):
-        return sample_result(lookup(cache, ("forward", *combo)))
-
-    @tracks_metric
-    def track_backward_ms(self, cache, *combo):
-        return sample_result(lookup(cache, ("backward", *combo)))
-
-    @tracks_metric
-    def track_fwd_bwd_ms(self, cache, *combo):
-        return sample_result(lookup(cache, ("fwd_bwd", *combo)))
+    track_forward_ms = pass_tracker("forward")
+    track_backward_ms = pass_tracker("backward")
+    track_fwd_bwd_ms = pass_tracker("fwd_bwd")
 
 
 class ModelStepSuite:
@@ -358,30 +321,16 @@ class ModelStepSuite:
     params = (MODEL_IMPLS, MODEL_SEQ_LENS, PADDINGS)
     param_names = MODEL_PARAM_NAMES
     timeout = GRID_TIMEOUT_S
-    version = "model-step-1"  # bump when what it measures changes (see _common)
+    version = "model-step-1"  # bump when what it measures changes (see _grid)
 
     def setup(self, cache, *combo):
-        lookup(cache, combo)  # not measured: skipped (NaN) here, not failed (_common)
+        lookup(cache, combo)  # not measured: skipped (NaN) here, not failed (_grid)
 
     def setup_cache(self) -> dict:
-        require_cuda()
-        import torch
+        return _gpu_grid("model-step", self.params, _model_step, _step_summary)
 
-        return measure_grid(
-            "model-step",
-            itertools.product(*self.params),
-            _model_step,
-            describe=_step_summary,
-            after=torch.cuda.empty_cache,
-        )
-
-    @tracks_metric
-    def track_step_ms(self, cache, *combo):
-        return sample_result(lookup(cache, combo)["step_ms"])
-
-    @tracks_metric
-    def track_peak_bytes(self, cache, *combo):
-        return lookup(cache, combo)["peak_bytes"]
+    track_step_ms = field_tracker("step_ms", samples=True)
+    track_peak_bytes = field_tracker("peak_bytes")
 
 
 if not cuda_usable():
@@ -432,24 +381,16 @@ class InterpreterSpeedSuite:
     params = (CPU_IMPLS, CAUSAL)
     param_names = (metrics.IMPL_PARAM, "causal")
     timeout = GRID_TIMEOUT_S
-    version = "speed-cpu-1"  # bump when what it measures changes (see _common)
+    version = "speed-cpu-1"  # bump when what it measures changes (see _grid)
 
     def setup(self, cache, *combo):
-        lookup(cache, ("forward", *combo))  # not measured: skipped (NaN) here, not failed (_common)
+        lookup(cache, ("forward", *combo))  # not measured: skipped (NaN) here, not failed (_grid)
 
     def setup_cache(self) -> dict:
         use_interpreter()
         by_combo = measure_grid("speed-cpu", itertools.product(*self.params), _cpu_times, _medians)
         return per_pass(by_combo)
 
-    @tracks_metric
-    def track_forward_ms(self, cache, *combo):
-        return sample_result(lookup(cache, ("forward", *combo)))
-
-    @tracks_metric
-    def track_backward_ms(self, cache, *combo):
-        return sample_result(lookup(cache, ("backward", *combo)))
-
-    @tracks_metric
-    def track_fwd_bwd_ms(self, cache, *combo):
-        return sample_result(lookup(cache, ("fwd_bwd", *combo)))
+    track_forward_ms = pass_tracker("forward")
+    track_backward_ms = pass_tracker("backward")
+    track_fwd_bwd_ms = pass_tracker("fwd_bwd")

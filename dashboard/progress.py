@@ -17,7 +17,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-STATUS_ENV = "SAFEATTN_BENCH_STATUS"  # = tools.run.STATUS_ENV
+# The runner's (tools/runner/status.py) names, written again here because the dashboard ships
+# without tools/ (its image copies dashboard/ and regress/); tests/test_demo_progress.py
+# asserts they agree.
+STATUS_ENV = "SAFEATTN_BENCH_STATUS"
 STATUS_SCHEMA = "safeattn-bench-status/1"
 REFRESH_S = 2.0
 

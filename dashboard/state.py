@@ -15,8 +15,10 @@ from typing import Any, TypeVar
 import pandas as pd
 import streamlit as st
 
-from dashboard import data, views
-from regress.compare import Policy, compare, load_policy
+from dashboard import data
+from dashboard.views import common, history, numerics, overview, peers
+from regress.compare import compare
+from regress.policy import Policy, load_policy
 from regress.results import LoadedResults, results_mtime
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -84,9 +86,9 @@ def policy() -> Policy:
 
 
 @st.cache_resource(show_spinner="Comparing each machine's newest commit…", max_entries=4)
-def _overview(path: str, mtime: float) -> list[views.MachineHealth]:
+def _overview(path: str, mtime: float) -> list[overview.MachineHealth]:
     index = _index(path, mtime)
-    return views.overview(_load(path, mtime, _overview_window(index)), policy())
+    return overview.overview(_load(path, mtime, _overview_window(index)), policy())
 
 
 def _overview_window(index: data.ResultsIndex) -> Window:
@@ -153,13 +155,13 @@ def compared(window: dict[str, list[str]], machine: str, base: str, head: str) -
 def _history_verdicts(path: str, mtime: float, window: Window, benchmark: str,
                       machines: tuple[str, ...], filters: tuple) -> pd.DataFrame:
     loaded = _load(path, mtime, window, (benchmark,))
-    rows = views.history(loaded, benchmark, list(machines), dict(filters))
-    return views.history_verdicts(loaded, rows, policy())
+    rows = history.history(loaded, benchmark, list(machines), dict(filters))
+    return history.history_verdicts(loaded, rows, policy())
 
 
 def history_verdicts(window: dict[str, list[str]], benchmark: str, machines: list[str],
                      filters: dict[str, list]) -> pd.DataFrame:
-    """:func:`views.history_verdicts` of what the history page shows, cached."""
+    """:func:`history.history_verdicts` of what the history page shows, cached."""
     frozen = tuple(sorted((k, tuple(v)) for k, v in filters.items()))
     return _history_verdicts(*_key(), _window_key(window), benchmark, tuple(machines), frozen)
 
@@ -172,12 +174,12 @@ TREND_COMMITS = 50
 def _speed_trend(path: str, mtime: float, machine: str, baseline: str | None) -> pd.DataFrame:
     index = _index(path, mtime)
     window = ((machine, tuple(index.newest(machine, TREND_COMMITS))),)
-    loaded = _load(path, mtime, window, views.TREND_BENCHMARKS)
-    return views.speed_trend(loaded, machine, policy(), baseline)
+    loaded = _load(path, mtime, window, overview.TREND_BENCHMARKS)
+    return overview.speed_trend(loaded, machine, policy(), baseline)
 
 
 def speed_trend(machine: str, baseline: str | None = None) -> pd.DataFrame:
-    """:func:`views.speed_trend` over the machine's newest :data:`TREND_COMMITS` commits,
+    """:func:`overview.speed_trend` over the machine's newest :data:`TREND_COMMITS` commits,
     cached (only the speed benchmarks of those commits are read)."""
     return _speed_trend(*_key(), machine, baseline)
 
@@ -186,11 +188,11 @@ def speed_trend(machine: str, baseline: str | None = None) -> pd.DataFrame:
 def _latest_safety(path: str, mtime: float, machine: str) -> tuple[str | None, pd.DataFrame]:
     index = _index(path, mtime)
     window = ((machine, tuple(index.newest(machine, TREND_COMMITS))),)
-    return views.latest_safety(_load(path, mtime, window, views.SAFETY_BENCHMARKS), machine)
+    return numerics.latest_safety(_load(path, mtime, window, numerics.SAFETY_BENCHMARKS), machine)
 
 
 def latest_safety(machine: str) -> tuple[str | None, pd.DataFrame]:
-    """:func:`views.latest_safety` over the machine's newest :data:`TREND_COMMITS`, cached."""
+    """:func:`numerics.latest_safety` over the machine's newest :data:`TREND_COMMITS`, cached."""
     return _latest_safety(*_key(), machine)
 
 
@@ -200,11 +202,11 @@ def commit_label(machine: str, sha: str) -> str:
 
 
 def peer_results(index: data.ResultsIndex, machines: list[str]) -> LoadedResults:
-    """The peer benchmarks (:data:`views.PEER_BENCHMARKS`) of each machine's newest
+    """The peer benchmarks (:data:`peers.PEER_BENCHMARKS`) of each machine's newest
     :data:`TREND_COMMITS` commits: each suite's newest run is among them even when the
     newest commit ran only some suites. Unreadable files are reported on the page."""
     window = _window_key({m: index.newest(m, TREND_COMMITS) for m in machines})
-    loaded = _load(*_key(), window, views.PEER_BENCHMARKS)
+    loaded = _load(*_key(), window, peers.PEER_BENCHMARKS)
     _show_problems(loaded.problems, expanded=False)
     return loaded
 
@@ -220,8 +222,8 @@ def _show_problems(problems: list[str], expanded: bool) -> None:
             st.markdown(f"- `{problem}`")
 
 
-def overview_health() -> tuple[LoadedResults, list[views.MachineHealth]]:
-    """The newest two commits per machine, loaded, and :func:`views.overview` of them."""
+def overview_health() -> tuple[LoadedResults, list[overview.MachineHealth]]:
+    """The newest two commits per machine, loaded, and :func:`overview.overview` of them."""
     index = results_index()
     loaded = loaded_results({m: list(shas) for m, shas in _overview_window(index)})
     return loaded, _overview(*_key())
@@ -231,7 +233,7 @@ def table(data: Any, **kwargs: Any) -> None:
     """``st.dataframe`` for people: no index, and an empty cell reads "not measured" (the
     browser draws a missing number as None otherwise, whatever a Styler says)."""
     kwargs.setdefault("hide_index", True)
-    st.dataframe(data, placeholder=views.NOT_MEASURED, **kwargs)
+    st.dataframe(data, placeholder=common.NOT_MEASURED, **kwargs)
 
 
 # ------------------------------------------------------------- URL-backed widgets

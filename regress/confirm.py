@@ -32,8 +32,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from regress.compare import BLOCKING_VERDICTS, GROUP_PARAM_KEY, compare, load_policy
+from regress.compare import GROUP_PARAM_KEY, compare
 from regress.metrics import OWN_IMPL
+from regress.policy import BLOCKING_VERDICTS, load_policy
 from regress.results import load_results
 
 # The kinds a re-run can clear: timings, and the live resources of the kernels that ran
@@ -98,7 +99,7 @@ class Selection:
     """What a re-run measures: asv ``--bench`` regexes on ``name(repr, ...)``, and the same
     combinations as regexes on ``(repr, ...)`` for the GPU suites' grids, which measure
     every combination in ``setup_cache`` unless ``$SAFEATTN_BENCH_ONLY`` narrows them
-    (benchmarks/_common.py)."""
+    (benchmarks/_grid.py)."""
 
     benchmarks: tuple[str, ...]
     combos: tuple[str, ...]

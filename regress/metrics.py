@@ -59,6 +59,26 @@ def metric_for(benchmark: str) -> Metric | None:
     return METRICS.get(method[len("track_") :])
 
 
+def asv_builtin_kind(benchmark: str) -> Kind | None:
+    """The kind of one of asv's own benchmark types, outside the registry, from its
+    method's prefix: ``time_`` -> ``"speed"`` (seconds), ``mem_`` / ``peakmem_`` ->
+    ``"memory"`` (bytes); both lower-is-better by definition. None for anything else (an
+    unregistered ``track_`` has no known kind or direction)."""
+    method = benchmark.rsplit(".", 1)[-1]
+    if method.startswith("time_"):
+        return "speed"
+    if method.startswith(("mem_", "peakmem_")):
+        return "memory"
+    return None
+
+
+def kind_of(benchmark: str, metric: str | None) -> Kind | None:
+    """A result row's kind: its registered metric's, else :func:`asv_builtin_kind`."""
+    if metric in METRICS:
+        return METRICS[metric].kind
+    return asv_builtin_kind(benchmark)
+
+
 def attended_flops(pairs: float, heads: int, head_dim: int, pass_: str) -> float:
     """FLOPs of attention over ``pairs`` attended (query, key) pairs per head, as DESIGN.md
     counts them: fwd = 4·pairs·H·D (two matmuls, 2 FLOPs per multiply-add), bwd = 2.5 ×

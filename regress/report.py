@@ -22,7 +22,16 @@ from pathlib import Path
 import pandas as pd
 
 from . import aa, workloads
-from .metrics import OWN_IMPL, PEERS
+from .metrics import METRICS, OWN_IMPL, PEERS
+from .ratios import (
+    MASKED_SUITE,
+    MODEL_SUITE,
+    SPEED_SUITE,
+    SUITE_SHAPES,
+    geomean,
+    peer_over_own,
+    times_better,
+)
 from .results import LoadedResults, load_results
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
@@ -83,9 +92,8 @@ def numerics_table(loaded: LoadedResults, machine: str) -> str:
     return "\n".join(lines)
 
 
-SPEED_SUITE = "speed.SpeedSuite"
 SPEED_PASSES = ("forward_ms", "backward_ms", "fwd_bwd_ms")
-SHAPE_KEYS = ["dtype", "head_dim", "seq_len", "causal", "gqa"]  # a speed row's shape
+SHAPE_KEYS = list(SUITE_SHAPES[SPEED_SUITE])  # a speed row's shape
 
 
 def suite_rows(
@@ -105,25 +113,11 @@ def _speed_rows(loaded: LoadedResults, machine: str) -> tuple[str | None, pd.Dat
     return suite_rows(loaded, machine, SPEED_SUITE)
 
 
-def peer_over_own(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """One row per ``keys`` (e.g. a shape): every other implementation's value divided by
-    safeattn's (for times: above 1 = safeattn faster), a column per implementation, and
-    safeattn's own value in column ``safeattn``. Empty when safeattn has no value.
-    ``rows``: loader rows of one metric (columns ``keys``, ``impl``, ``value``)."""
-    wide = rows.pivot_table(index=keys, columns="impl", values="value", aggfunc="first")
-    if OWN_IMPL not in wide.columns:
-        return wide.iloc[0:0]
-    others = [c for c in wide.columns if c != OWN_IMPL]
-    return wide[others].div(wide[OWN_IMPL], axis=0).assign(**{OWN_IMPL: wide[OWN_IMPL]})
-
-
-def geomean(values) -> tuple[float, int]:
-    """Geometric mean of the finite positive ``values`` and how many there were (NaN, 0
-    when none)."""
-    kept = [float(v) for v in values if math.isfinite(v) and v > 0]
-    if not kept:
-        return math.nan, 0
-    return math.exp(sum(map(math.log, kept)) / len(kept)), len(kept)
+def _geomean_cell(ratios: pd.DataFrame, peer: str) -> str:
+    """A table cell: the geometric mean of a peer's :func:`~regress.ratios.peer_over_own`
+    column and its count, ``"1.23 (n=8)"``; ``"–"`` when the peer has none."""
+    gm, n = geomean(ratios[peer]) if peer in ratios.columns else (math.nan, 0)
+    return "–" if math.isnan(gm) else f"{gm:.2f} (n={n})"
 
 
 def speed_table(loaded: LoadedResults, machine: str) -> str:
@@ -142,10 +136,7 @@ def speed_table(loaded: LoadedResults, machine: str) -> str:
     lines += ["| pass | " + " | ".join(peers) + " |", "|---|" + "---|" * len(peers)]
     for metric in SPEED_PASSES:
         ratios = peer_over_own(rows[rows["metric"] == metric], SHAPE_KEYS)
-        cells = []
-        for peer in peers:
-            gm, n = geomean(ratios[peer]) if peer in ratios.columns else (math.nan, 0)
-            cells.append("–" if math.isnan(gm) else f"{gm:.2f} (n={n})")
+        cells = [_geomean_cell(ratios, peer) for peer in peers]
         lines.append(f"| {metric.removesuffix('_ms')} | " + " | ".join(cells) + " |")
     ratios = peer_over_own(rows[rows["metric"] == "fwd_bwd_ms"], SHAPE_KEYS)
     bf16 = ratios.xs("bfloat16", level="dtype") if len(ratios) else ratios
@@ -166,8 +157,7 @@ def speed_table(loaded: LoadedResults, machine: str) -> str:
     return "\n".join(lines)
 
 
-MASKED_SUITE = "speed.MaskedSpeedSuite"
-MASKED_KEYS = ["dtype", "head_dim", "mask"]  # a masked-speed row's shape
+MASKED_KEYS = list(SUITE_SHAPES[MASKED_SUITE])  # a masked-speed row's shape
 
 
 def _ms(x: float) -> str:
@@ -201,18 +191,13 @@ def masked_table(loaded: LoadedResults, machine: str) -> str:
                 & (of_mask["head_dim"] == 128)
             ]["value"]
             cells = [_ms(own.iloc[0] if len(own) else math.nan)]
-            for peer in peers:
-                gm, n = geomean(ratios[peer]) if peer in ratios.columns else (math.nan, 0)
-                cells.append("–" if math.isnan(gm) else f"{gm:.2f} (n={n})")
+            cells += [_geomean_cell(ratios, peer) for peer in peers]
             lines.append(
                 f"| {mask} | {metric.removesuffix('_ms')} | " + " | ".join(cells) + " |"
             )
     lines += ["", "Workloads (causal, H·D = 2048; masks built once, outside the timed calls):"]
     lines += [f"- `{m}`: {w.label}" for m, w in workloads.MASK_WORKLOADS.items()]
     return "\n".join(lines)
-
-
-MODEL_SUITE = "speed.ModelStepSuite"
 
 
 def _gib(n: float) -> str:
@@ -228,11 +213,12 @@ def model_step_table(loaded: LoadedResults, machine: str) -> str:
         return ""
     impls = [i for i in (OWN_IMPL, "sdpa", "flex") if i in set(rows["impl"])]
     impls += sorted(set(rows["impl"]) - set(impls))
+    shape = list(SUITE_SHAPES[MODEL_SUITE])
     steps = rows[rows["metric"] == "step_ms"].pivot_table(
-        index=["seq_len", "padding"], columns="impl", values="value", aggfunc="first"
+        index=shape, columns="impl", values="value", aggfunc="first"
     )
     peaks = rows[rows["metric"] == "peak_bytes"].pivot_table(
-        index=["seq_len", "padding"], columns="impl", values="value", aggfunc="first"
+        index=shape, columns="impl", values="value", aggfunc="first"
     )
     lines = [
         f"Training step of a Llama-style decoder on `{machine}` at `{commit[:8]}` "
@@ -255,7 +241,7 @@ def model_step_table(loaded: LoadedResults, machine: str) -> str:
             value = step.get(impl, math.nan)
             text = "–" if not math.isfinite(value) else f"{value:.1f}"
             if impl != OWN_IMPL and math.isfinite(value) and math.isfinite(own) and own > 0:
-                text += f" ({value / own:.2f})"
+                text += f" ({times_better(own, value, METRICS['step_ms'].better):.2f})"
             cells.append(text)
         peak = peaks.loc[(seq_len, padding)] if (seq_len, padding) in peaks.index else {}
         gib = " / ".join(_gib(peak.get(i, math.nan)) for i in impls)

@@ -40,9 +40,10 @@ import torch
 
 from . import blockmask as _bm
 from . import reference
-from ._inputs import AttnProblem, capturing, check_attention, check_block_mask_use, check_varlen
+from ._input_checks import check_block_mask_use
+from ._inputs import AttnProblem, capturing, check_attention, check_varlen
 from .blockmask import BlockMask
-from .kernels import launch, ops
+from .kernels import launch, ops, passes
 
 Causal = bool | str
 Window = tuple[int, int] | None
@@ -55,7 +56,7 @@ def _use_kernels(p: AttnProblem) -> bool:
 def _run(p: AttnProblem, summary: _bm.BlockSummary | None = None):
     out, lse2 = ops.run(p, summary)  # torch.ops.safeattn.attn_fwd (+ its autograd)
     if p.return_lse:
-        return out, launch.lse_natural(lse2)
+        return out, passes.lse_natural(lse2)
     return out
 
 
@@ -118,10 +119,7 @@ def attention(
         scale=scale, return_lse=return_lse, deterministic=deterministic,
     )  # fmt: skip
     if not _use_kernels(p):
-        return reference.attention(
-            q, k, v, causal=causal, window=window, key_mask=key_mask, attn_mask=attn_mask,
-            scale=scale, return_lse=return_lse, deterministic=deterministic,
-        )  # fmt: skip
+        return reference.attend_problem(p)  # p is validated: the reference need not again
     summary = None
     if p.key_mask is not None or p.attn_mask is not None:
         if block_mask is not None and block_mask.summary is not None:
@@ -177,10 +175,7 @@ def varlen_attention(
         window=window, scale=scale, return_lse=return_lse, deterministic=deterministic,
     )  # fmt: skip
     if not _use_kernels(p):
-        return reference.varlen_attention(
-            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal,
-            window=window, scale=scale, return_lse=return_lse, deterministic=deterministic,
-        )  # fmt: skip
+        return reference.attend_problem(p)
     return _run(p)
 
 

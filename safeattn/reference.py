@@ -145,8 +145,7 @@ def attention(
         deterministic=deterministic,
         allow_float64=True,
     )
-    out, lse = _attend(p, upcast)
-    return (out, lse) if p.return_lse else out
+    return attend_problem(p, upcast)
 
 
 def varlen_attention(
@@ -187,12 +186,29 @@ def varlen_attention(
         deterministic=deterministic,
         allow_float64=True,
     )
+    return attend_problem(p, upcast)
+
+
+def attend_problem(p: AttnProblem, upcast: bool = True) -> Tensor | tuple[Tensor, Tensor]:
+    """Reference attention of an already validated problem (``safeattn._inputs``), dense or
+    varlen: what :func:`attention` and :func:`varlen_attention` return for it, without
+    checking the arguments again (``safeattn.attention`` on CPU comes here once it has).
+
+    Returns out (B, Hq, Nq, D) dense or (total_q, Hq, D) varlen, or (out, lse) with lse
+    (B, Hq, Nq) dense or (Hq, total_q) varlen, as the two public functions.
+    """
+    out, lse = _attend_varlen(p, upcast) if p.varlen else _attend(p, upcast)
+    return (out, lse) if p.return_lse else out
+
+
+def _attend_varlen(p: AttnProblem, upcast: bool) -> tuple[Tensor, Tensor]:
+    """Varlen reference core: each sequence as a dense problem of batch 1 ->
+    (out (total_q, Hq, D), lse (Hq, total_q))."""
+    q = p.q
     outs = [q.new_zeros(0, p.heads_q, p.head_dim)]
     lses = [torch.zeros(p.heads_q, 0, dtype=_lse_dtype(q.dtype), device=q.device)]
     for part in _sequence_problems(p):
         out, lse = _attend(part.problem, upcast)
         outs.append(out[0].transpose(0, 1))  # (Lq, Hq, D)
         lses.append(lse[0])  # (Hq, Lq)
-    out = torch.cat(outs, dim=0)
-    lse = torch.cat(lses, dim=1)
-    return (out, lse) if p.return_lse else out
+    return torch.cat(outs, dim=0), torch.cat(lses, dim=1)

@@ -21,7 +21,7 @@ from functools import cache
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-# The package files benchmarks/_common.py loads by path (_load_truth): part of the suite.
+# The package files benchmarks/_truth.py loads by path (_load_truth): part of the suite.
 TRUTH_FILES = (
     "regress/metrics.py",
     "regress/workloads.py",
@@ -139,9 +139,9 @@ def make_venv_layout(root: Path, base_python: str) -> VenvLayout:
     """Build the GPU machines' layout under ``root`` in a few seconds, without a download:
     ``base_python -m venv --without-pip``, its site-packages replaced by a link to the
     directory that holds this interpreter's torch (and asv, triton, ...), and a ``git clone``
-    of this repository with the working tree's benchmarks/, asv.conf.json and
-    :data:`TRUTH_FILES` copied over (the suite under test; the package measured is the
-    clone's HEAD)."""
+    of this repository with the working tree's benchmarks/, tools/, asv.conf.json and
+    :data:`TRUTH_FILES` copied over (the suite and its runner under test; the package
+    measured is the clone's HEAD)."""
     import torch
 
     venv = root / "venv"
@@ -152,12 +152,13 @@ def make_venv_layout(root: Path, base_python: str) -> VenvLayout:
     site.symlink_to(Path(torch.__file__).resolve().parent.parent, target_is_directory=True)
     clone = root / "clone"
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
-    shutil.rmtree(clone / "benchmarks")
-    shutil.copytree(
-        REPO / "benchmarks", clone / "benchmarks", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    for suite_dir in ("benchmarks", "tools"):  # the suite and the runner that drives it
+        shutil.rmtree(clone / suite_dir)
+        shutil.copytree(
+            REPO / suite_dir, clone / suite_dir, ignore=shutil.ignore_patterns("__pycache__")
+        )
     shutil.copy2(REPO / "asv.conf.json", clone / "asv.conf.json")
-    # The suite's own sources of truth, which benchmarks/_common.py loads by path from the
+    # The suite's own sources of truth, which benchmarks/_truth.py loads by path from the
     # suite's checkout (not from the package measured).
     for truth in TRUTH_FILES:
         (clone / truth).parent.mkdir(parents=True, exist_ok=True)

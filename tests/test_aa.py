@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from asv_helpers import write_asv_results
 
-from regress import aa, gate, report
+from regress import aa, aa_pairs, gate, report
+from regress.sensitivity import SENSITIVITY_FACTORS
 
 MACHINE = "gpu-a"
 OTHER_MACHINE = "gpu-b"  # measured c1 and c3 only: no A/A pair
@@ -103,13 +104,13 @@ def _digest(results: Path) -> str:
 def test_aa_pairs_are_consecutive_commits_with_identical_trees(repo):
     results, shas = repo
     loaded = aa.load_results(results)
-    found = aa.find_aa_pairs(loaded, MACHINE, aa.git_toplevel(results))
+    found = aa_pairs.find_aa_pairs(loaded, MACHINE, aa_pairs.git_toplevel(results))
     # c2 -> c3 changed safeattn/; the unknown commit cannot be paired with c4.
     assert found.pairs == [(shas["c1"], shas["c2"]), (shas["c3"], shas["c4"])]
     assert found.commits[:4] == list(shas.values()) and len(found.commits) == 5
     assert found.since_last_pair() == [UNKNOWN_SHA]
     assert len(found.notes) == 1 and found.notes[0].startswith(UNKNOWN_SHA[:8])
-    other = aa.find_aa_pairs(loaded, OTHER_MACHINE, aa.git_toplevel(results))
+    other = aa_pairs.find_aa_pairs(loaded, OTHER_MACHINE, aa_pairs.git_toplevel(results))
     assert other.pairs == [] and other.notes == []
 
 
@@ -118,18 +119,18 @@ def test_a_benchmarks_change_breaks_a_pair(tmp_path):
     _git(tmp_path, "init", "-q")
     one = _commit(tmp_path, {"safeattn/k.py": "v1\n", "benchmarks/b.py": "v1\n"}, "one")
     two = _commit(tmp_path, {"benchmarks/b.py": "v2\n"}, "two")
-    assert aa.measured_trees(tmp_path, one)[0] == aa.measured_trees(tmp_path, two)[0]
-    assert aa.measured_trees(tmp_path, one)[1] != aa.measured_trees(tmp_path, two)[1]
-    assert aa.measured_trees(tmp_path, UNKNOWN_SHA) is None
+    assert aa_pairs.measured_trees(tmp_path, one)[0] == aa_pairs.measured_trees(tmp_path, two)[0]
+    assert aa_pairs.measured_trees(tmp_path, one)[1] != aa_pairs.measured_trees(tmp_path, two)[1]
+    assert aa_pairs.measured_trees(tmp_path, UNKNOWN_SHA) is None
 
 
 def test_without_git_or_outside_a_repository_it_fails_clearly(repo, tmp_path, monkeypatch):
     results, _ = repo
-    with pytest.raises(aa.AAInputError, match="not inside a git repository"):
-        aa.git_toplevel(tmp_path)
+    with pytest.raises(aa_pairs.AAInputError, match="not inside a git repository"):
+        aa_pairs.git_toplevel(tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path))  # no git on it
-    with pytest.raises(aa.AAInputError, match="git is needed"):
-        aa.git_toplevel(results)
+    with pytest.raises(aa_pairs.AAInputError, match="git is needed"):
+        aa_pairs.git_toplevel(results)
     assert aa.main(["--results", str(results), "--machine", MACHINE]) == aa.EXIT_BAD_INPUT
 
 
@@ -174,7 +175,7 @@ def test_cli_finds_the_pairs_and_exits_0(repo, capsys):
     ]
     assert all(p["ok"] and p["false_alarms"] == [] for p in payload["pairs"])
     sweep = payload["pairs"][0]["sweep"]
-    assert [r["factor"] for r in sweep] == list(aa.SENSITIVITY_FACTORS)
+    assert [r["factor"] for r in sweep] == list(SENSITIVITY_FACTORS)
     assert sweep[0]["blocks"] is False and sweep[-1]["blocks"] is True
 
 

@@ -22,12 +22,18 @@ from safeattn import families
 from safeattn.kernels import configs
 
 sys.path.insert(0, str(REPO))  # the benchmarks package lives at the repository root
-common = importlib.import_module("benchmarks._common")
+bench_env = importlib.import_module("benchmarks._env")
+grid = importlib.import_module("benchmarks._grid")
+attention = importlib.import_module("benchmarks._attention")
+gpu_measure = importlib.import_module("benchmarks._gpu_measure")
 speed = importlib.import_module("benchmarks.speed")
 memory = importlib.import_module("benchmarks.memory")
 resources = importlib.import_module("benchmarks.resources")
 numerics = importlib.import_module("benchmarks.numerics")
-run = importlib.import_module("tools.run")
+run_suites = importlib.import_module("tools.runner.suites")
+run_machine = importlib.import_module("tools.runner.machine")
+run_results = importlib.import_module("tools.runner.results")
+run_invocation = importlib.import_module("tools.runner.invocation")
 
 # What the CPU-capable part must produce, per benchmark: the value check for each entry.
 CPU_BENCHMARKS = {
@@ -54,7 +60,7 @@ def test_fixed_grids_match_the_package():
 
 
 def test_gpu_suites_are_pruned_without_a_gpu():
-    usable = common.cuda_usable()
+    usable = bench_env.cuda_usable()
     assert usable == torch.cuda.is_available()
     for module, name in [
         (speed, "SpeedSuite"),
@@ -70,7 +76,7 @@ def test_gpu_suites_are_pruned_without_a_gpu():
 def _with_gpu_suites(module: str, monkeypatch):
     """A fresh copy of ``benchmarks.<module>`` as a GPU machine imports it (its GPU suite
     kept), with CUDA itself faked: for testing the suites' bookkeeping on a CPU."""
-    monkeypatch.setattr(common, "cuda_usable", lambda: True)
+    monkeypatch.setattr(bench_env, "cuda_usable", lambda: True)
     spec = importlib.util.spec_from_file_location(
         f"benchmarks._gpu_copy_{module}", REPO / "benchmarks" / f"{module}.py"
     )
@@ -79,6 +85,18 @@ def _with_gpu_suites(module: str, monkeypatch):
     monkeypatch.setattr(copy, "require_cuda", lambda: None)
     return copy
 
+
+def test_every_track_method_is_named_after_what_it_reads(monkeypatch):
+    """_grid.pass_tracker and field_tracker name a method after the metric it reads; asv names
+    the benchmark after the class attribute: both must say the same (GPU suites included)."""
+    modules = [_with_gpu_suites(m, monkeypatch) for m in ("speed", "memory", "resources")]
+    for module in [*modules, _with_gpu_suites("numerics", monkeypatch)]:
+        suites = [c for c in vars(module).values() if isinstance(c, type) and hasattr(c, "params")]
+        assert suites, module.__name__
+        for suite in suites:
+            for name, method in vars(suite).items():
+                if name.startswith("track_"):
+                    assert method.__name__ == name, (suite.__name__, name, method.__name__)
 
 def test_gpu_grids_record_a_value_or_a_reason_for_every_entry(monkeypatch):
     """SpeedSuite's and MemorySuite's setup_cache with the measurement replaced: every grid
@@ -107,10 +125,10 @@ def test_gpu_grids_record_a_value_or_a_reason_for_every_entry(monkeypatch):
     for combo in combos:
         impl, head_dim, gqa = combo[0], combo[2], combo[5]
         for value in [peaks[combo], *(timed[(name, *combo)] for name in speed.PASSES)]:
-            if impl == "flex" and head_dim not in common.FLEX_HEAD_DIMS:
-                assert isinstance(value, common.Missing) and "pruned" in value.reason
+            if impl == "flex" and head_dim not in grid.FLEX_HEAD_DIMS:
+                assert isinstance(value, grid.Missing) and "pruned" in value.reason
             elif impl == "sdpa_efficient" and gqa > 1:
-                assert isinstance(value, common.Missing) and "No available kernel" in value.reason
+                assert isinstance(value, grid.Missing) and "No available kernel" in value.reason
             else:
                 assert value in ([1.0, 2.0, 3.0], 2**20), (combo, value)
 
@@ -168,7 +186,7 @@ def test_masked_grids_record_a_value_or_a_reason_for_every_entry(monkeypatch):
         for name in speed.PASSES:
             value = timed[(name, *combo)]
             if combo[0] == "sdpa_cudnn" and combo[3] == "varlen_docs":
-                assert isinstance(value, common.Missing) and "No available" in value.reason
+                assert isinstance(value, grid.Missing) and "No available" in value.reason
             else:
                 assert value == times[name]
     refused = ("sdpa_cudnn", "bfloat16", 128, "varlen_docs")
@@ -181,7 +199,7 @@ def test_masked_grids_record_a_value_or_a_reason_for_every_entry(monkeypatch):
     assert set(stepped) == set(model_combos) and len(model_combos) == 12
     for combo in model_combos:
         if combo[0] == "flex" and combo[1] == 4096:
-            assert isinstance(stepped[combo], common.Missing)
+            assert isinstance(stepped[combo], grid.Missing)
             with pytest.raises(NotImplementedError, match="loss is nan"):
                 model_suite.setup(stepped, *combo)
         else:
@@ -214,7 +232,7 @@ def test_masked_timing_refuses_to_time_a_recompile(monkeypatch, capsys):
     monkeypatch.setattr(launch, "tuning_timings", dict)
     graphs = iter(range(100))
     monkeypatch.setattr(gpu_speed, "dynamo_graphs", lambda: 7)
-    monkeypatch.setattr(common, "dynamo_graphs", lambda: 7)
+    monkeypatch.setattr(gpu_measure, "dynamo_graphs", lambda: 7)
     times = gpu_speed._masked_times(OWN_IMPL, "bfloat16", 128, "bool_mask")
     assert times == {name: [1.0] for name in speed.PASSES}
     assert re.search(
@@ -223,7 +241,7 @@ def test_masked_timing_refuses_to_time_a_recompile(monkeypatch, capsys):
         capsys.readouterr().err,
     )
     monkeypatch.setattr(gpu_speed, "dynamo_graphs", lambda: next(graphs))
-    monkeypatch.setattr(common, "dynamo_graphs", lambda: next(graphs))
+    monkeypatch.setattr(gpu_measure, "dynamo_graphs", lambda: next(graphs))
     with pytest.raises(RuntimeError, match=r"compiled 1 graph\(s\) inside the timed region"):
         gpu_speed._masked_times("flex", "bfloat16", 128, "bool_mask")
 
@@ -302,7 +320,7 @@ def test_live_resources_record_each_kernel_and_log_the_tuners_choice(monkeypatch
     for kernel, dtype, head_dim in combos:
         value = measured[(kernel, dtype, head_dim)]
         if kernel == "bwd_preprocess":
-            assert isinstance(value, common.Missing) and "not launched" in value.reason
+            assert isinstance(value, grid.Missing) and "not launched" in value.reason
         else:
             assert value == {"shared_bytes": 1024, "registers": 128, "spills": 0}
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("[resources]")]
@@ -348,8 +366,8 @@ def test_speed_logs_the_configs_safeattn_runs_with(monkeypatch, capsys):
 
 
 def test_gpu_problem_follows_design_md():
-    assert common.gpu_problem(4096, 128, 1) == (4, 16, 16)
-    assert common.gpu_problem(1024, 64, 4) == (16, 32, 8)
+    assert attention.gpu_problem(4096, 128, 1) == (4, 16, 16)
+    assert attention.gpu_problem(1024, 64, 4) == (16, 32, 8)
 
 
 @pytest.mark.parametrize(
@@ -361,62 +379,64 @@ def test_gpu_problem_follows_design_md():
     ],
 )
 def test_machine_names(model, expected):
-    assert run.slug(model) == expected
+    assert run_machine.slug(model) == expected
 
 
 def test_sample_result_and_metric_names_are_checked():
-    assert common.sample_result([2, 1.5]) == {"samples": [2.0, 1.5], "number": 1}
+    assert grid.sample_result([2, 1.5]) == {"samples": [2.0, 1.5], "number": 1}
     with pytest.raises(ValueError, match="finite"):
-        common.sample_result([1.0, float("nan")])
+        grid.sample_result([1.0, float("nan")])
     with pytest.raises(ValueError, match="no metric"):
 
-        @common.tracks_metric
+        @grid.tracks_metric
         def track_speed_of_light(self):  # not in METRICS
             return 1
 
     def track_forward_ms(self):
         return 1.0
 
-    assert common.tracks_metric(track_forward_ms).unit == "ms"
+    assert grid.tracks_metric(track_forward_ms).unit == "ms"
 
 
 def test_missing_entries_are_skipped_with_their_reason(capsys):
-    cache = {("a",): common.Missing("peer refuses masks")}
+    cache = {("a",): grid.Missing("peer refuses masks")}
     with pytest.raises(NotImplementedError, match="peer refuses masks"):
-        common.lookup(cache, ("a",))
+        grid.lookup(cache, ("a",))
     assert "peer refuses masks" in capsys.readouterr().err
 
 
 def test_suite_selections_are_anchored():
     # asv -b is re.search: "NumericsSuite" alone also selected InterpreterNumericsSuite on the
     # H200. Each suite's regex must select its own benchmarks and no other suite's.
-    for suite in run.SUITES:
-        for other, prefix in run.SUITES.items():
+    for suite in run_suites.SUITES:
+        for other, prefix in run_suites.SUITES.items():
             name = f"{prefix}track_nonfinite_rate('leftpad_causal', 'safeattn')"
-            assert bool(re.search(run.suite_regex(suite), name)) == (suite == other), (suite, name)
-    assert set(run.GROUPS["gpu"]) | set(run.GROUPS["cpu"]) == set(run.SUITES)
+            selected = bool(re.search(run_suites.suite_regex(suite), name))
+            assert selected == (suite == other), (suite, name)
+    assert set(run_suites.GROUPS["gpu"]) | set(run_suites.GROUPS["cpu"]) == set(run_suites.SUITES)
     # SpeedSuite is a suffix of MaskedSpeedSuite: the anchor keeps them apart both ways.
     masked = "speed.MaskedSpeedSuite.track_forward_ms('safeattn', 'bfloat16', 64, 'bool_mask')"
     dense = "speed.SpeedSuite.track_forward_ms('safeattn', 'bfloat16', 64, 1024, True, 1)"
-    assert not re.search(run.suite_regex("SpeedSuite"), masked)
-    assert not re.search(run.suite_regex("MaskedSpeedSuite"), dense)
-    assert {"MaskedSpeedSuite", "ModelStepSuite"} <= set(run.GROUPS["gpu"])
+    assert not re.search(run_suites.suite_regex("SpeedSuite"), masked)
+    assert not re.search(run_suites.suite_regex("MaskedSpeedSuite"), dense)
+    assert {"MaskedSpeedSuite", "ModelStepSuite"} <= set(run_suites.GROUPS["gpu"])
 
 
 def test_every_discovered_benchmark_belongs_to_a_registered_suite():
     import asv_runner.discovery as discovery
 
-    prefixes = tuple(run.SUITES.values())
+    prefixes = tuple(run_suites.SUITES.values())
     names = [b.name for b in discovery.disc_benchmarks(str(REPO / "benchmarks"))]
     assert names and all(n.startswith(prefixes) for n in names), names
 
 
 def test_suite_names_expand_in_run_order():
-    assert run.expand_suites([], gpu=False) == list(run.GROUPS["cpu"])
-    assert run.expand_suites([], gpu=True) == list(run.SUITES)
-    assert run.expand_suites(["NumericsSuite", "gpu"], gpu=True) == list(run.GROUPS["gpu"])
+    assert run_suites.expand_suites([], gpu=False) == list(run_suites.GROUPS["cpu"])
+    assert run_suites.expand_suites([], gpu=True) == list(run_suites.SUITES)
+    expanded = run_suites.expand_suites(["NumericsSuite", "gpu"], gpu=True)
+    assert expanded == list(run_suites.GROUPS["gpu"])
     with pytest.raises(SystemExit, match="need a usable CUDA GPU"):
-        run.expand_suites(["SpeedSuite"], gpu=False)
+        run_suites.expand_suites(["SpeedSuite"], gpu=False)
 
 
 def test_measured_suites_read_the_commit_result_file(tmp_path):
@@ -425,15 +445,15 @@ def test_measured_suites_read_the_commit_result_file(tmp_path):
     data = {"commit_hash": sha, "results": {"numerics.NumericsSuite.track_max_rel_error": []}}
     (tmp_path / "m" / f"{sha[:8]}-env.json").write_text(json.dumps(data))
     (tmp_path / "m" / f"{sha[:8]}-other.json").write_text("{not json")
-    assert run.measured_suites(tmp_path, "m", sha) == {"NumericsSuite"}
-    assert run.measured_suites(tmp_path, "m", "cd" * 20) == set()
+    assert run_suites.measured_suites(tmp_path, "m", sha) == {"NumericsSuite"}
+    assert run_suites.measured_suites(tmp_path, "m", "cd" * 20) == set()
 
 
 def test_flex_is_pruned_from_the_speed_grid_only_off_its_head_dims():
-    assert common.pruned_reason("flex", 64).startswith("pruned")
-    assert common.pruned_reason("flex", 128) is None
-    assert common.pruned_reason(OWN_IMPL, 64) is None
-    assert set(common.FLEX_HEAD_DIMS) <= set(speed.GPU_HEAD_DIMS)
+    assert grid.pruned_reason("flex", 64).startswith("pruned")
+    assert grid.pruned_reason("flex", 128) is None
+    assert grid.pruned_reason(OWN_IMPL, 64) is None
+    assert set(grid.FLEX_HEAD_DIMS) <= set(speed.GPU_HEAD_DIMS)
 
 
 def test_a_used_budget_starts_no_suite(tmp_path):
@@ -459,7 +479,7 @@ def test_every_benchmark_follows_the_naming_convention():
 
 def test_every_suite_names_its_version():
     # Explicit, not asv's source hash: a refactor must not orphan history, and a shared
-    # helper's change must be able to bump it (benchmarks/_common.py says when). Read from
+    # helper's change must be able to bump it (benchmarks/_grid.py says when). Read from
     # the source: without a GPU the GPU suites are not defined at import (pruned).
     import ast
 
@@ -468,7 +488,7 @@ def test_every_suite_names_its_version():
     versions = {}
     for path in (REPO / "benchmarks").glob("*.py"):
         for node in ast.parse(path.read_text()).body:
-            if isinstance(node, ast.ClassDef) and node.name in run.SUITES:
+            if isinstance(node, ast.ClassDef) and node.name in run_suites.SUITES:
                 assigned = {
                     target.id: stmt.value
                     for stmt in node.body
@@ -478,7 +498,7 @@ def test_every_suite_names_its_version():
                 }
                 assert "version" in assigned, f"{node.name} has no version of its own"
                 versions[node.name] = ast.literal_eval(assigned["version"])
-    assert set(versions) == set(run.SUITES)
+    assert set(versions) == set(run_suites.SUITES)
     assert len(set(versions.values())) == len(versions), versions  # distinct per suite
     found = list(discovery.disc_benchmarks(str(REPO / "benchmarks")))
     assert found
@@ -510,7 +530,7 @@ def test_asv_wrote_results_for_head(asv_run):
     assert set(CPU_BENCHMARKS) <= set(data["results"]), sorted(data["results"])
     assert "[run] machine" in asv_run.log and "[run] done" in asv_run.log
     # Per-suite wall times, and the suites' progress echoed while asv ran.
-    for suite in run.GROUPS["cpu"]:
+    for suite in run_suites.GROUPS["cpu"]:
         assert f"[run] {suite} on {asv_run.commit[:8]}: " in asv_run.log, suite
     # asv stored each suite's explicit version with its results (not a hash of the source).
     columns = data["result_columns"]
@@ -565,7 +585,7 @@ def test_machine_and_versions_sidecar(asv_run):
     data = json.loads(asv_run.result_files()[-1].read_text())
     sidecar_path = asv_run.machine_dir / f"versions-{data['commit_hash']}.json"
     sidecar = json.loads(sidecar_path.read_text())
-    assert sidecar["schema"] == run.SIDECAR_SCHEMA
+    assert sidecar["schema"] == run_machine.SIDECAR_SCHEMA
     assert sidecar["machine"] == asv_run.machine
     assert sidecar["torch"] == torch.__version__
     import triton
@@ -587,31 +607,31 @@ def test_benchmarks_json_keeps_what_this_machine_did_not_discover(tmp_path):
     path = tmp_path / "benchmarks.json"
     before = {"speed.SpeedSuite.track_forward_ms": {"unit": "ms"}, "version": 2}
     path.write_text(json.dumps({"speed.InterpreterSpeedSuite.track_forward_ms": {}, "version": 2}))
-    run.merge_benchmarks_json(path, before)
+    run_results.merge_benchmarks_json(path, before)
     merged = json.loads(path.read_text())
     assert merged["speed.SpeedSuite.track_forward_ms"] == {"unit": "ms"}
     assert "speed.InterpreterSpeedSuite.track_forward_ms" in merged
 
 
 def test_the_venv_layout_carries_every_file_the_suite_loads_by_path():
-    # _common._load_truth reads these from the suite's checkout; a clone at HEAD with the
+    # _truth._load_truth reads these from the suite's checkout; a clone at HEAD with the
     # working tree's benchmarks/ but an older package would lack a new one.
     from asv_helpers import TRUTH_FILES
 
-    loaded = re.findall(r'_load_truth\("([^"]+)"', (REPO / "benchmarks/_common.py").read_text())
+    loaded = re.findall(r'_load_truth\("([^"]+)"', (REPO / "benchmarks/_truth.py").read_text())
     assert loaded and set(loaded) == set(TRUTH_FILES)
 
 
 def test_default_mode_from_a_venv_whose_base_lacks_torch(tmp_path):
     # The H200 layout that broke: torch only in a venv, asv's virtualenv made from the venv's
     # base with --system-site-packages, torch reaching it only through ASV_PYTHONPATH, which
-    # asv 0.6.6 strips again in benchmark.py (see benchmarks/_common.restore_pythonpath).
+    # asv 0.6.6 strips again in benchmark.py (see benchmarks/_env.restore_pythonpath).
     # Measured on 2 busy cores: ~20-40 s (venv, clone, asv virtualenv, build, one tiny suite).
     base = torchless_python()
     if base is None:
         pytest.skip("no interpreter of this Python version without torch to build the layout")
     layout = make_venv_layout(tmp_path, base)
-    missing = [m for m in run.ENV_PREREQUISITES if importlib.util.find_spec(m) is None]
+    missing = [m for m in run_invocation.ENV_PREREQUISITES if importlib.util.find_spec(m) is None]
     if missing and not (layout.clone / ".whl").is_dir():
         pytest.skip(
             f"the offline benchmark virtualenv needs {missing} (pip install safeattn[bench])"
@@ -650,7 +670,7 @@ def test_benchmark_processes_share_one_triton_cache(preset, tmp_path):
     import os
 
     code = (
-        "import os, benchmarks._common\n"
+        "import os, benchmarks._env\n"
         "from torch._inductor.runtime.cache_dir_utils import triton_cache_dir\n"
         "print(os.environ['TRITON_CACHE_DIR']); print(triton_cache_dir(0))\n"
     )
@@ -668,11 +688,11 @@ def test_grids_measure_only_the_selected_combinations(monkeypatch):
     """$SAFEATTN_BENCH_ONLY narrows a suite's setup_cache grid; the rest is skipped (NaN)."""
     measured = []
     combos = [("safeattn", "bfloat16", 128), ("flex", "bfloat16", 128), ("safeattn", "float16", 64)]
-    monkeypatch.setenv(common.ONLY_ENV, json.dumps([r"^\('safeattn', 'bfloat16', 128\)$"]))
-    grid = common.measure_grid("t", combos, lambda *c: measured.append(c) or 1.0, str)
-    assert measured == [combos[0]] and grid[combos[0]] == 1.0
-    assert all(isinstance(grid[c], common.Missing) for c in combos[1:])
-    monkeypatch.delenv(common.ONLY_ENV)
+    monkeypatch.setenv(grid.ONLY_ENV, json.dumps([r"^\('safeattn', 'bfloat16', 128\)$"]))
+    result = grid.measure_grid("t", combos, lambda *c: measured.append(c) or 1.0, str)
+    assert measured == [combos[0]] and result[combos[0]] == 1.0
+    assert all(isinstance(result[c], grid.Missing) for c in combos[1:])
+    monkeypatch.delenv(grid.ONLY_ENV)
     measured.clear()
-    common.measure_grid("t", combos, lambda *c: measured.append(c) or 1.0, str)
+    grid.measure_grid("t", combos, lambda *c: measured.append(c) or 1.0, str)
     assert measured == combos

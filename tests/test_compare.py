@@ -1,5 +1,7 @@
-"""regress.compare: statistics, policy, commit resolution and verdicts, on the
-real asv results of the toy project from test_results.py."""
+"""regress.compare and what it stands on (regress.stats, regress.policy, the commit lookups
+of regress.results, regress.gpu_arch, regress.launches, regress.sensitivity): statistics,
+policy, commit resolution and verdicts, on the real asv results of the toy project from
+test_results.py."""
 
 from __future__ import annotations
 
@@ -11,20 +13,12 @@ import pandas as pd
 import pytest
 from test_results import TOY_MACHINE, toy_results
 
-from regress.compare import (
-    BLOCKING_VERDICTS,
-    COMPARE_COLUMNS,
-    VERDICTS,
-    _ratio,
-    compare,
-    load_policy,
-    machine_arch,
-    mann_whitney_u,
-    parent_commit,
-    resolve_commit,
-    slowdown_sensitivity,
-)
-from regress.results import LoadedResults, load_results
+from regress.compare import COMPARE_COLUMNS, compare
+from regress.gpu_arch import machine_arch
+from regress.policy import BLOCKING_VERDICTS, VERDICTS, load_policy
+from regress.results import LoadedResults, load_results, parent_commit, resolve_commit
+from regress.sensitivity import slowdown_sensitivity
+from regress.stats import mann_whitney_u, worse_ratio
 from safeattn.gpu_limits import ARCHS
 
 SPEED = "suite.SpeedSuite.time_forward"
@@ -93,11 +87,11 @@ def test_mann_whitney_edge_cases():
 
 
 def test_ratio_is_direction_aware():
-    assert _ratio(2.0, 3.0, "lower") == pytest.approx(1.5)
-    assert _ratio(2.0, 3.0, "higher") == pytest.approx(2 / 3)
-    assert _ratio(0.0, 0.0, "lower") == 1.0
-    assert _ratio(0.0, 64.0, "lower") == math.inf  # a first spill is infinitely worse
-    assert _ratio(64.0, 0.0, "lower") == 0.0
+    assert worse_ratio(2.0, 3.0, "lower") == pytest.approx(1.5)
+    assert worse_ratio(2.0, 3.0, "higher") == pytest.approx(2 / 3)
+    assert worse_ratio(0.0, 0.0, "lower") == 1.0
+    assert worse_ratio(0.0, 64.0, "lower") == math.inf  # a first spill is infinitely worse
+    assert worse_ratio(64.0, 0.0, "lower") == 0.0
 
 
 # -------------------------------------------------------------------- policy

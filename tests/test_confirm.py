@@ -19,6 +19,7 @@ from test_results import TOY_MACHINE, copy_results, toy_results
 from regress import gate as gate_mod
 from regress.confirm import ConfirmError, confirmable
 from regress.gate import EXIT_PASS, EXIT_REGRESSION, confirm_report, run_gate
+from regress.gate_render import render_markdown, render_text
 
 SPEED = "suite.SpeedSuite.time_forward"
 REPO = Path(__file__).resolve().parents[1]
@@ -78,7 +79,7 @@ def test_a_real_slowdown_is_confirmed_in_interleaved_fresh_pairs(toy):
     assert not any(re.search(x, "('sdpa_flash', 64)") for x in selected.combos)
     blocking = checked.rows[checked.rows["verdict"] == "regression"]
     assert blocking["reason"].str.contains("confirmed by re-measurement").all()
-    text = gate_mod.render_text(checked)
+    text = render_text(checked)
     n = len(checked.confirmations)
     assert f"0 flagged rows cleared by re-measurement, {n} confirmed" in text
     assert "blocked in 3/3 pairs: 1.9" in text and "p=" in text  # ratio and p of each pair
@@ -96,7 +97,7 @@ def test_a_false_alarm_is_cleared(toy):
     assert checked.confirmations and not any(c.confirmed for c in checked.confirmations)
     cleared = checked.rows[checked.rows["reason"].str.startswith("cleared by re-measurement")]
     assert len(cleared) == len(checked.confirmations) and (cleared["verdict"] == "unchanged").all()
-    markdown = gate_mod.render_markdown(checked)
+    markdown = render_markdown(checked)
     assert markdown.startswith("## safeattn-gate: ✅ PASS — no regressions (1 flagged row "
                                "cleared by re-measurement)")  # fmt: skip
     assert "1 flagged row cleared by re-measurement, 0 confirmed" in markdown
@@ -246,7 +247,7 @@ def test_a_config_change_still_explains_confirmed_and_cleared_rows(toy, tmp_path
     report = run_gate(copy, shas["base"], shas["slow"])
     change = "forward M128-N64-w4-s3 → M64-N64-w4-s3"
     confirmed = confirm_report(report, fake_measurer(copy, shas, {}, []), log=lambda line: None)
-    markdown = gate_mod.render_markdown(confirmed)
+    markdown = render_markdown(confirmed)
     row = next(line for line in markdown.splitlines() if line.startswith("| regression"))
     assert f"| yes: {change} |" in row and f"config changed: {change}" in row
     assert "confirmed by re-measurement" in row

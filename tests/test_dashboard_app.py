@@ -25,16 +25,40 @@ if str(REPO) not in sys.path:
 from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from dashboard import data, views  # noqa: E402
-from regress import report  # noqa: E402
-from regress.compare import compare, load_policy, parent_commit  # noqa: E402
+from dashboard import data  # noqa: E402
+from dashboard.views import PAGES  # noqa: E402
+from dashboard.views.common import NOT_MEASURED, commits_newest_first, short  # noqa: E402
+from dashboard.views.history import (  # noqa: E402
+    history,
+    history_baselines,
+    history_summary,
+    history_verdicts,
+    normalised,
+)
+from dashboard.views.numerics import (  # noqa: E402
+    RATE_BANDS,
+    family_names,
+    latest_safety,
+    nonfinite_summary,
+    numerics,
+    numerics_chart,
+    rate_band,
+)
+from dashboard.views.overview import NO_PARENT, overview, speed_trend, trend_chart  # noqa: E402
+from dashboard.views.peers import peer_ratios, peer_table, ratio_columns, styled_ratios  # noqa: E402
+from dashboard.views.resources import resources  # noqa: E402
+from dashboard.views.tflops import add_tflops  # noqa: E402
+from regress import workloads  # noqa: E402
+from regress.compare import compare  # noqa: E402
 from regress.gate import gate_verdict  # noqa: E402
-from regress.results import load_results  # noqa: E402
+from regress.policy import load_policy  # noqa: E402
+from regress.ratios import MASKED_SUITE, SPEED_SUITE, geomean  # noqa: E402
+from regress.results import load_results, parent_commit  # noqa: E402
 from safeattn.gpu_limits import ARCHS  # noqa: E402
 from tools.sample_results import MACHINES, cached_sample_results  # noqa: E402
 
 APP = REPO / "dashboard" / "app.py"
-PAGES = tuple(views.PAGES)
+PAGES = tuple(PAGES)
 PROJECT_RESULTS = REPO / "results"
 FORWARD = "speed.SpeedSuite.track_forward_ms"
 NONFINITE = "numerics.NumericsSuite.track_nonfinite_rate"
@@ -56,7 +80,7 @@ def sample(sample_dir: Path):
 
 def shas(loaded, machine: str) -> tuple[str, str]:
     """(healthy first commit, planted-regression second commit) on ``machine``."""
-    newest_first = views.commits_newest_first(loaded, machine)
+    newest_first = commits_newest_first(loaded, machine)
     assert len(newest_first) == 2, newest_first
     return newest_first[1], newest_first[0]
 
@@ -84,7 +108,7 @@ def test_index_orders_commits_like_the_loader(sample_dir: Path, sample) -> None:
     assert not index.problems
     assert index.machines() == list(MACHINES)
     for machine in MACHINES:
-        assert index.commits(machine) == views.commits_newest_first(sample, machine)
+        assert index.commits(machine) == commits_newest_first(sample, machine)
 
 
 def test_a_window_loads_exactly_the_chosen_commits(sample_dir: Path, sample) -> None:
@@ -203,9 +227,9 @@ def test_views_are_shareable_through_the_url(sample_dir: Path, sample) -> None:
 def test_history_marks_the_regression_commit(sample_dir: Path, sample) -> None:
     machine = MACHINES[0]
     base, head = shas(sample, machine)
-    rows = views.history(sample, FORWARD, [machine], {"impl": ["safeattn"]})
+    rows = history(sample, FORWARD, [machine], {"impl": ["safeattn"]})
     assert set(rows["commit"]) == {base, head}
-    verdicts = views.history_verdicts(sample, rows, load_policy())
+    verdicts = history_verdicts(sample, rows, load_policy())
     assert set(verdicts["commit"]) == {head}  # the first commit has no parent
     assert set(verdicts["verdict"]) == {"regression"}
     # the chart layer that draws the markers runs without error
@@ -219,18 +243,18 @@ def test_tflops_follow_the_design_flop_count() -> None:
         "batch": [1, 1],
         "heads": [2, 2], "seq_len": [48, 48], "head_dim": [16, 16], "causal": [False, True],
     })
-    out, why_not = views.add_tflops(rows)
+    out, why_not = add_tflops(rows)
     assert why_not is None
     # 4·B·H·N·N·D FLOPs in 1 ms; causal halves the FLOPs and the time doubled
     expected = 4 * 1 * 2 * 48 * 48 * 16 / 1e-3 / 1e12
     assert out["tflops"].tolist() == pytest.approx([expected, expected / 4])
-    missing, why_not = views.add_tflops(rows.drop(columns=["batch"]))
+    missing, why_not = add_tflops(rows.drop(columns=["batch"]))
     assert "batch" in why_not and "tflops" not in missing.columns
     # The GPU speed grid has no batch/heads parameters: its own shape rule gives them.
-    from benchmarks._common import gpu_problem
+    from benchmarks._attention import gpu_problem
 
     gpu = rows.drop(columns=["batch", "heads"]).assign(suite="speed.SpeedSuite")
-    out, why_not = views.add_tflops(gpu)
+    out, why_not = add_tflops(gpu)
     batch, heads, _ = gpu_problem(48, 16, 1)
     assert why_not is None
     assert out["tflops"].iloc[0] == pytest.approx(4 * batch * heads * 48 * 48 * 16 / 1e-3 / 1e12)
@@ -239,7 +263,7 @@ def test_tflops_follow_the_design_flop_count() -> None:
 def test_peer_ratios_are_direction_aware(sample) -> None:
     machine = MACHINES[0]
     _, head = shas(sample, machine)
-    ratios = views.peer_ratios(sample, machine, head)
+    ratios = peer_ratios(sample, machine, head)
     fwd = ratios[ratios["benchmark"] == FORWARD]
     assert set(fwd["peer"]) == {"sdpa_math"}
     assert len(fwd) == 16  # every shape of the 2 x 2 x 2 x 2 grid
@@ -254,7 +278,7 @@ def test_peer_ratios_are_direction_aware(sample) -> None:
 def test_resources_against_the_architecture_limits(sample_dir: Path, sample) -> None:
     machine = MACHINES[0]
     _, head = shas(sample, machine)
-    table = views.resources(sample, machine, head)
+    table = resources(sample, machine, head)
     shared = table[table["metric"] == "shared_bytes"]
     assert set(shared["arch"]) == set(ARCHS)
     for r in shared.itertuples():
@@ -271,7 +295,7 @@ def test_numerics_page_shows_the_nonfinite_rates(sample_dir: Path, sample) -> No
     assert "non-zero rate" in texts(bad.error)
     good = run_page(sample_dir, "numerics", {"machine": machine, "commit": base[:8]})
     assert "Every safeattn rate is 0" in texts(good.success)
-    table = views.numerics(sample, machine, base, family_order=views.family_names())
+    table = numerics(sample, machine, base, family_order=family_names())
     assert table["known_family"].all()
     assert "not in safeattn.families" not in texts(good.warning)
     peers = table[table["impl"] != "safeattn"]
@@ -301,10 +325,10 @@ def test_corrupt_and_partial_files_are_reported_and_the_rest_loads(
         # cpu-alpha has one readable commit left: compare has no pair there to load
         if page != "compare":
             assert f"{newer.name}: {FORWARD}" in problems, page
-    overview = run_page(broken, "overview")
+    at = run_page(broken, "overview")
     # the intact machine is still judged, the damaged one still shows what loads
-    assert MACHINES[1] in texts(overview.header)
-    assert MACHINES[0] in texts(overview.header)
+    assert MACHINES[1] in texts(at.header)
+    assert MACHINES[0] in texts(at.header)
 
 
 def test_empty_results_dir_shows_how_to_produce_results(tmp_path: Path) -> None:
@@ -395,7 +419,7 @@ def test_no_none_or_nan_where_a_person_reads(sample_dir: Path, results: str, pag
     at = run_page(sample_dir if results == "sample" else PROJECT_RESULTS, page)
     for table in at.dataframe:
         # the browser draws an empty cell as None unless the table names a placeholder
-        assert table.proto.placeholder == views.NOT_MEASURED or not table.value.isna().any().any()
+        assert table.proto.placeholder == NOT_MEASURED or not table.value.isna().any().any()
         cells = shown_cells(table)
         bad = cells.to_numpy()[cells.isin(UNREADABLE).to_numpy()]
         assert not len(bad), f"{page}: {list(cells.columns)} shows {bad[:5]}"
@@ -406,28 +430,28 @@ def test_no_none_or_nan_where_a_person_reads(sample_dir: Path, results: str, pag
 def test_speed_trend_is_an_index_marked_with_the_gates_verdicts(sample) -> None:
     machine = MACHINES[0]
     base, head = shas(sample, machine)
-    trend = views.speed_trend(sample, machine, load_policy())
+    trend = speed_trend(sample, machine, load_policy())
     assert set(trend["pass"]) == {"forward"}  # the sample measures the forward pass only
     at_base = trend[trend["commit"] == base].iloc[0]
     at_head = trend[trend["commit"] == head].iloc[0]
     assert at_base["index"] == pytest.approx(1.0)
-    assert at_base["verdict"] == views.NO_PARENT
+    assert at_base["verdict"] == NO_PARENT
     # the planted commit repeats the work: safeattn is slower, the index below 1
     assert at_head["index"] < 1
     t = sample.table
     own = t[(t["machine"] == machine) & (t["benchmark"] == FORWARD) & (t["impl"] == "safeattn")]
     ratios = (own[own["commit"] == base].set_index("param_key")["value"]
               / own[own["commit"] == head].set_index("param_key")["value"])
-    assert at_head["index"] == pytest.approx(report.geomean(ratios)[0])
+    assert at_head["index"] == pytest.approx(geomean(ratios)[0])
     # the mark is the gate's own verdict on that benchmark, against the parent commit
     gate = compare(sample, parent_commit(sample, head, machine), head, machine, load_policy())
     own_rows = gate[(gate["benchmark"] == FORWARD) & ~gate["peer"].astype(bool)]
     assert at_head["verdict"] == "regression" and "regression" in set(own_rows["verdict"])
     # another baseline: the head is 1.0, the base above it
-    rebased = views.speed_trend(sample, machine, load_policy(), baseline=head)
+    rebased = speed_trend(sample, machine, load_policy(), baseline=head)
     assert rebased.set_index("commit").at[head, "index"] == pytest.approx(1.0)
     assert rebased.set_index("commit").at[base, "index"] > 1
-    spec = views.trend_chart(trend).to_dict()
+    spec = trend_chart(trend).to_dict()
     assert any(layer["encoding"]["x"]["field"] == "short" for layer in spec["layer"]
                if "x" in layer["encoding"])
 
@@ -438,14 +462,14 @@ def test_overview_leads_with_a_verdict_and_a_trend_per_gpu(sample_dir: Path, sam
     assert len(verdicts) == len(MACHINES)
     for machine, verdict in zip(MACHINES, verdicts, strict=True):
         _, head = shas(sample, machine)
-        assert views.short(head) in verdict
+        assert short(head) in verdict
     trends = charts(at)
     assert len(trends) == len(MACHINES)
     for spec in trends:
         assert "short" in x_fields(spec)
         values = set().union(*(set(d["short"]) for d in spec["_data"].values()
                                if "short" in d.columns))
-        assert values <= {views.short(c) for c in sample.commits["commit"]}
+        assert values <= {short(c) for c in sample.commits["commit"]}
 
 
 @needs_project_results
@@ -456,7 +480,7 @@ def test_overview_of_the_gpu_history_names_both_gpus_with_the_gates_verdict() ->
     headers = texts(at.header)
     for gpu in gpus:
         assert gpu in headers
-    health = views.overview(loaded, load_policy())
+    health = overview(loaded, load_policy())
     verdict_lines = [e.value for e in [*at.error, *at.success, *at.warning]
                      if "the gate would" in e.value or "Nothing compared" in e.value]
     assert len(verdict_lines) == len(gpus)
@@ -464,8 +488,8 @@ def test_overview_of_the_gpu_history_names_both_gpus_with_the_gates_verdict() ->
         # the page's verdict is the gate's, on the newest commit against its parent
         expected = gate_verdict(compare(loaded, h.parent, h.head, h.machine, load_policy()))
         assert h.verdict == expected
-        line = next(v for v in verdict_lines if views.short(h.head) in v
-                    and views.short(h.parent) in v)
+        line = next(v for v in verdict_lines if short(h.head) in v
+                    and short(h.parent) in v)
         assert f"the gate would {expected}" in line or expected == "nothing compared"
     # one speed trend per GPU, over commits (short hashes) with the passes as lines
     trends = charts(at)
@@ -480,9 +504,9 @@ def test_overview_of_the_gpu_history_names_both_gpus_with_the_gates_verdict() ->
 def test_history_draws_few_series_over_commits(sample_dir: Path, sample) -> None:
     machine = MACHINES[0]
     base, head = shas(sample, machine)
-    rows = views.history(sample, FORWARD, [machine], {})
-    rows = views.normalised(rows, "value", views.history_baselines(rows))
-    summary = views.history_summary(rows)
+    rows = history(sample, FORWARD, [machine], {})
+    rows = normalised(rows, "value", history_baselines(rows))
+    summary = history_summary(rows)
     # one line per implementation, not one per parameter combination
     assert set(summary["group"]) == {"safeattn", "sdpa_math"}
     assert rows["param_key"].nunique() > len(set(summary["group"]))
@@ -494,7 +518,7 @@ def test_history_draws_few_series_over_commits(sample_dir: Path, sample) -> None
     at = run_page(sample_dir, "history", {"benchmark": FORWARD})
     specs = charts(at)
     assert len(specs) == len(MACHINES)  # small multiples: one chart per GPU
-    commits = {views.short(c) for c in sample.commits["commit"]}
+    commits = {short(c) for c in sample.commits["commit"]}
     for spec in specs:
         assert x_fields(spec) == {"short"}
         for d in spec["_data"].values():
@@ -513,10 +537,10 @@ def test_history_draws_few_series_over_commits(sample_dir: Path, sample) -> None
 
 def test_peer_table_has_forward_and_backward_ratios(sample) -> None:
     machine = MACHINES[0]
-    commit, table = views.peer_table(sample, machine, views.SPEED_SUITE)
+    commit, table = peer_table(sample, machine, SPEED_SUITE)
     assert commit == shas(sample, machine)[1]
     assert "sdpa_math fwd" in table.columns and "safeattn fwd ms" in table.columns
-    # peer time ÷ safeattn time, as the README's tables (report.peer_over_own)
+    # peer time ÷ safeattn time, as the README's tables (regress.ratios.peer_over_own)
     row = table.iloc[0]
     t = sample.table
     of_shape = t[(t["machine"] == machine) & (t["commit"] == commit) & (t["benchmark"] == FORWARD)
@@ -524,7 +548,7 @@ def test_peer_table_has_forward_and_backward_ratios(sample) -> None:
                  & (t["seq_len"] == row["N"]) & (t["causal"] == row["causal"])]
     values = of_shape.set_index("impl")["value"]
     assert row["sdpa_math fwd"] == pytest.approx(values["sdpa_math"] / values["safeattn"])
-    html = views.styled_ratios(table).to_html()
+    html = styled_ratios(table).to_html()
     assert "×" in html and "nan" not in html
 
 
@@ -532,62 +556,62 @@ def test_peer_table_has_forward_and_backward_ratios(sample) -> None:
 def test_peers_show_every_gpu_forward_backward_and_masked_workloads() -> None:
     loaded = load_results(PROJECT_RESULTS)
     for machine in loaded.machines:
-        _, table = views.peer_table(loaded, machine, views.SPEED_SUITE)
-        peers = {c.rsplit(" ", 1)[0] for c in views.ratio_columns(table)}
+        _, table = peer_table(loaded, machine, SPEED_SUITE)
+        peers = {c.rsplit(" ", 1)[0] for c in ratio_columns(table)}
         assert peers, machine
         for peer in peers:
             assert f"{peer} fwd" in table.columns and f"{peer} bwd" in table.columns
         has_masked = (loaded.table[loaded.table["machine"] == machine]["suite"]
-                      == views.MASKED_SUITE).any()
-        _, masked = views.peer_table(loaded, machine, views.MASKED_SUITE)
+                      == MASKED_SUITE).any()
+        _, masked = peer_table(loaded, machine, MASKED_SUITE)
         assert (not masked.empty) == has_masked, machine
         if has_masked:
-            labels = {w.label for w in views.workloads.MASK_WORKLOADS.values()}
+            labels = {w.label for w in workloads.MASK_WORKLOADS.values()}
             assert set(masked["mask"]) <= labels
-            assert any(c.endswith(" bwd") for c in views.ratio_columns(masked))
+            assert any(c.endswith(" bwd") for c in ratio_columns(masked))
     at = run_page(PROJECT_RESULTS, "peers")
     headers = texts(at.header)
     for machine in loaded.machines:
         assert machine in headers
     subheaders = texts(at.subheader)
     assert subheaders.count("Masked workloads") == sum(
-        (loaded.table[loaded.table["machine"] == m]["suite"] == views.MASKED_SUITE).any()
+        (loaded.table[loaded.table["machine"] == m]["suite"] == MASKED_SUITE).any()
         for m in loaded.machines)
     for table in at.dataframe:
-        assert table.proto.placeholder == views.NOT_MEASURED
+        assert table.proto.placeholder == NOT_MEASURED
         assert not shown_cells(table).isin(UNREADABLE).to_numpy().any()
 
 
 def test_numerics_colours_zero_as_neutral_and_any_rate_as_red() -> None:
-    assert views.rate_band(0.0) == "0"
-    assert views.rate_band(None) == views.NOT_MEASURED
-    assert views.rate_band(math.nan) == views.NOT_MEASURED
-    assert views.rate_band(0.001) != "0" and views.rate_band(1.0) == "50 % or more"
-    zero = views.RATE_BANDS["0"]
+    assert rate_band(0.0) == "0"
+    assert rate_band(None) == NOT_MEASURED
+    assert rate_band(math.nan) == NOT_MEASURED
+    assert rate_band(0.001) != "0" and rate_band(1.0) == "50 % or more"
+    zero = RATE_BANDS["0"]
     red, green, blue = (int(zero[i:i + 2], 16) for i in (1, 3, 5))
     assert red == green == blue  # grey: no warm tint for a rate of 0
-    for band, colour in views.RATE_BANDS.items():
-        if band not in ("0", views.NOT_MEASURED):
+    for band, colour in RATE_BANDS.items():
+        if band not in ("0", NOT_MEASURED):
             r, g, b = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
             assert r > g and r > b, band  # reds
     rows = pd.DataFrame({"metric": "nonfinite_rate", "family": ["a", "a", "b"],
                          "dtype": "float16", "impl": ["safeattn", "peer", "peer"],
                          "value": [0.0, 0.5, None], "status": ["ok", "ok", "failed"]})
-    spec = views.numerics_chart(rows).to_dict()
+    spec = numerics_chart(rows).to_dict()
     data = next(iter(spec["datasets"].values()))
-    assert [d["band"] for d in data] == ["0", "50 % or more", views.NOT_MEASURED]
-    assert [d["shown"] for d in data] == ["0", "0.5", views.NOT_MEASURED]
+    assert [d["band"] for d in data] == ["0", "50 % or more", NOT_MEASURED]
+    assert [d["shown"] for d in data] == ["0", "0.5", NOT_MEASURED]
 
 
 def test_rates_of_a_peer_never_measured_say_so(sample) -> None:
     machine = MACHINES[0]
-    _, safety = views.latest_safety(sample, machine)
+    _, safety = latest_safety(sample, machine)
     never = safety[safety["params"].map(lambda p: p.get("impl") == "sdpa_math")].copy()
     never["params"] = never["params"].map(lambda p: {**p, "impl": "never_ran"})
     never["value"] = None
-    summary = views.nonfinite_summary(pd.concat([safety, never]))
+    summary = nonfinite_summary(pd.concat([safety, never]))
     row = summary[summary["impl"] == "never_ran"].iloc[0]
-    assert row["worst"] == views.NOT_MEASURED and row["measured"] == 0
+    assert row["worst"] == NOT_MEASURED and row["measured"] == 0
     assert "None" not in summary.astype(str).to_numpy().ravel().tolist()
 
 
@@ -646,12 +670,12 @@ def test_a_cpu_machine_has_no_speed_trend_and_no_page_breaks(
     # the audit-only machine's speed window has no `impl` column: no trend, no KeyError
     audit = data.load_commits(index, {CPU_AUDIT_ONLY: index.commits(CPU_AUDIT_ONLY)})
     assert not audit.table.empty and "impl" not in audit.table.columns
-    assert views.speed_trend(audit, CPU_AUDIT_ONLY, load_policy()).empty
+    assert speed_trend(audit, CPU_AUDIT_ONLY, load_policy()).empty
     loaded = load_results(results)
-    assert views.speed_trend(loaded, CPU_INTERPRETER, load_policy()).empty
-    assert not views.speed_trend(loaded, MACHINES[0], load_policy()).empty
+    assert speed_trend(loaded, CPU_INTERPRETER, load_policy()).empty
+    assert not speed_trend(loaded, MACHINES[0], load_policy()).empty
     # the interpreter's rates stand in for the GPU suite's on a CPU machine
-    commit, safety = views.latest_safety(loaded, CPU_INTERPRETER)
+    commit, safety = latest_safety(loaded, CPU_INTERPRETER)
     assert commit == index.commits(CPU_INTERPRETER)[0]
     assert set(safety["suite"]) == {"numerics.InterpreterNumericsSuite"}
 

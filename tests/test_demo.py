@@ -36,7 +36,7 @@ import pytest
 from _serve import REPO, require_chromium, wait_for_health
 
 from tools.browser import Chromium
-from tools.run import GROUPS, measured_suites
+from tools.runner.suites import GROUPS, measured_suites
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 

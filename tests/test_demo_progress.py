@@ -13,12 +13,13 @@ import time
 from _serve import REPO
 
 from dashboard import progress
-from tools import demo, run
+from tools import demo
+from tools.runner import status as run_status
 
 
 def test_status_file_follows_the_run_and_the_dashboard_reads_it(tmp_path):
     path = tmp_path / "status.json"
-    status = run.Status(path)
+    status = run_status.Status(path)
     status.update(machine="cpu-test", suites=["StaticAuditSuite", "InterpreterSpeedSuite"])
     assert progress.describe(progress.read_status(path)).headline.endswith("setting up")
     status.update(commits=1, commit_index=1, suite="StaticAuditSuite", suite_index=1)
@@ -45,8 +46,8 @@ def test_no_status_no_display(tmp_path, monkeypatch):
     assert progress.read_status(tmp_path / "half.json") is None
     (tmp_path / "other.json").write_text(json.dumps({"schema": "something-else/1"}))
     assert progress.read_status(tmp_path / "other.json") is None
-    assert progress.STATUS_ENV == run.STATUS_ENV == demo.STATUS_ENV
-    assert progress.STATUS_SCHEMA == run.STATUS_SCHEMA
+    assert progress.STATUS_ENV == run_status.STATUS_ENV == demo.STATUS_ENV
+    assert progress.STATUS_SCHEMA == run_status.STATUS_SCHEMA
 
 
 def test_run_py_writes_its_status_and_a_failure_ends_it(tmp_path):

@@ -203,9 +203,9 @@ def test_cu_seqlens_checked_once_per_unmodified_tensor(monkeypatch):
     """A cu_seqlens passed again unmodified is not read back again (each read is a host
     sync); an in-place write is seen (the version counter), so a value made invalid raises
     as on a first call; an equal but new tensor is read and checked again."""
-    from safeattn import _inputs
+    from safeattn import _cu_seqlens
 
-    _inputs.clear_cu_seqlens_cache()
+    _cu_seqlens.clear_cu_seqlens_cache()
     reads = []
     real_tolist = torch.Tensor.tolist
 
@@ -236,3 +236,32 @@ def test_cu_seqlens_checked_once_per_unmodified_tensor(monkeypatch):
     before = len(reads)
     call_varlen(check_varlen, fresh)
     assert len(reads) == before + 2
+
+
+@pytest.mark.parametrize("entry", ["attention", "varlen_attention"])
+def test_inputs_validated_once_per_call(entry, monkeypatch):
+    """The reference path of the public API (CPU without the interpreter) checks the
+    arguments once: it hands the validated problem on instead of re-checking the call."""
+    from safeattn import _inputs, api
+
+    checks = []
+    real = _inputs.check_qkv_types
+
+    def counting(*args, **kwargs):
+        checks.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_inputs, "check_qkv_types", counting)
+    monkeypatch.setattr(api, "_use_kernels", lambda p: False)
+    if entry == "attention":
+        args = dense_args()
+        want = call_dense(reference.attention, args)
+        del checks[:]
+        got = call_dense(safeattn.attention, args)
+    else:
+        args = varlen_args()
+        want = call_varlen(reference.varlen_attention, args)
+        del checks[:]
+        got = call_varlen(safeattn.varlen_attention, args)
+    assert len(checks) == 1
+    assert torch.equal(got, want)

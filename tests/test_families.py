@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import safeattn
-from safeattn import families, reference
+from safeattn import contract, families, reference
 from safeattn._inputs import allowed_mask, check_attention
 
 NAMES = [
@@ -78,7 +78,7 @@ def test_families_contain_what_they_promise():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("name", NAMES)
 def test_reference_passes(name, dtype):
-    nonfinite, wrong, err = families.rates(name, reference, dtype, "cpu", trials=2)
+    nonfinite, wrong, err = contract.rates(name, reference, dtype, "cpu", trials=2)
     assert (nonfinite, wrong) == (0.0, 0.0)
     assert 0.0 <= err < 0.02
 
@@ -92,7 +92,7 @@ def test_safeattn_passes(name, dtype, device, on_gpu):
         pytest.skip("CPU runs float32 and bfloat16 only (interpreter time); --gpu runs all")
     size, seeds = ("gpu", range(2)) if on_gpu else ("small", range(1))
     for seed in seeds:
-        verdict = families.check(families.make_case(name, seed, dtype, device, size), safeattn)
+        verdict = contract.check(families.make_case(name, seed, dtype, device, size), safeattn)
         assert not verdict.nonfinite and not verdict.wrong, (seed, verdict)
 
 
@@ -143,15 +143,15 @@ def _slightly_off(q, k, v, **kwargs):
     return reference.attention(q, k, v, **kwargs) * 1.1
 
 
-PLAIN = families.mask_adapter("plain_softmax", _plain_softmax)
-MULTIPLY = families.mask_adapter("multiply_by_mask", _multiply_by_mask)
-FINITE_FILL = families.mask_adapter("finite_fill", _finite_fill)
+PLAIN = contract.mask_adapter("plain_softmax", _plain_softmax)
+MULTIPLY = contract.mask_adapter("multiply_by_mask", _multiply_by_mask)
+FINITE_FILL = contract.mask_adapter("finite_fill", _finite_fill)
 
 
 @pytest.mark.parametrize("name", ["leftpad_causal", "all_keys_masked", "neginf_mask_rows",
                                   "varlen_empty_seqs"])  # fmt: skip
 def test_plain_softmax_is_nonfinite_on_empty_rows(name):
-    verdict = families.check(families.make_case(name, 0, torch.float32, "cpu", "small"), PLAIN)
+    verdict = contract.check(families.make_case(name, 0, torch.float32, "cpu", "small"), PLAIN)
     assert verdict.nonfinite and not verdict.wrong, verdict
     assert "non-finite" in verdict.detail
 
@@ -159,15 +159,15 @@ def test_plain_softmax_is_nonfinite_on_empty_rows(name):
 def test_multiply_by_mask_is_caught_by_excluded_poison_only():
     dtype = torch.float16
     poisoned = families.make_case("nan_in_excluded_kv", 0, dtype, "cpu", "small")
-    assert families.check(poisoned, MULTIPLY).nonfinite
+    assert contract.check(poisoned, MULTIPLY).nonfinite
     clean = families.make_case("leftpad_causal", 0, dtype, "cpu", "small")
-    verdict = families.check(clean, MULTIPLY)
+    verdict = contract.check(clean, MULTIPLY)
     assert not verdict.nonfinite and not verdict.wrong, verdict
 
 
 def test_finite_fill_is_wrong_on_empty_rows():
     case = families.make_case("all_keys_masked", 0, torch.float32, "cpu", "small")
-    verdict = families.check(case, FINITE_FILL)
+    verdict = contract.check(case, FINITE_FILL)
     assert not verdict.nonfinite and verdict.wrong, verdict
     assert "empty row" in verdict.detail
 
@@ -175,7 +175,7 @@ def test_finite_fill_is_wrong_on_empty_rows():
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_inaccurate_impl_is_wrong(dtype):
     case = families.make_case("gqa_ragged", 0, dtype, "cpu", "small")
-    verdict = families.check(case, _slightly_off)
+    verdict = contract.check(case, _slightly_off)
     assert verdict.wrong and "out error" in verdict.detail, verdict
     assert verdict.max_rel_error > 0.01
 
@@ -189,7 +189,7 @@ def test_poison_leak_is_wrong_even_when_finite():
         return out + leak.to(out.dtype)
 
     case = families.make_case("nan_in_excluded_kv", 0, torch.float32, "cpu", "small")
-    verdict = families.check(case, leaky)
+    verdict = contract.check(case, leaky)
     assert not verdict.nonfinite and verdict.wrong, verdict
     assert "clean twin" in verdict.detail
 
@@ -200,9 +200,9 @@ def test_mask_adapter_hands_peers_the_exact_mask():
     def safe_dense(q, k, v, mask, scale):
         return reference.attention(q, k, v, attn_mask=mask, scale=scale)
 
-    impl = families.mask_adapter("safe_dense", safe_dense)
+    impl = contract.mask_adapter("safe_dense", safe_dense)
     for name in ("gqa_ragged", "neginf_mask_rows", "varlen_empty_seqs"):
-        verdict = families.check(families.make_case(name, 1, torch.float32, "cpu", "small"), impl)
+        verdict = contract.check(families.make_case(name, 1, torch.float32, "cpu", "small"), impl)
         assert not verdict.nonfinite and not verdict.wrong, (name, verdict)
 
     case = families.make_case("gqa_ragged", 0, torch.float32, "cpu", "small")
@@ -213,14 +213,14 @@ def test_mask_adapter_hands_peers_the_exact_mask():
         seen["mask"], seen["scale"] = mask, scale
         return reference.attention(q, k, v, attn_mask=mask, scale=scale)
 
-    families.check(case, families.mask_adapter("spy", spy))
+    contract.check(case, contract.mask_adapter("spy", spy))
     assert torch.equal(seen["mask"], allowed_mask(p)) and seen["scale"] == p.scale
 
 
 def test_rates_counts_trials():
-    nonfinite, wrong, _ = families.rates("leftpad_causal", PLAIN, torch.float32, "cpu", trials=2)
+    nonfinite, wrong, _ = contract.rates("leftpad_causal", PLAIN, torch.float32, "cpu", trials=2)
     assert (nonfinite, wrong) == (1.0, 0.0)
     with pytest.raises(ValueError, match="trials"):
-        families.rates("leftpad_causal", reference, torch.float32, "cpu", trials=0)
+        contract.rates("leftpad_causal", reference, torch.float32, "cpu", trials=0)
     with pytest.raises(ValueError, match="HINT"):
         families.make_case("no_such_family", 0, torch.float32, "cpu", "small")

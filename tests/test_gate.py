@@ -317,7 +317,7 @@ def _report(rows, notes=()):
 
 def test_a_pass_fits_a_screen_in_text():
     """Many improvements, new rows and notes: a PASS stays within 25 lines, with counts."""
-    from regress.gate import render_text
+    from regress.gate_render import render_text
 
     rows = _report_rows([("unchanged", "s.S.track_forward_ms")] * 200
                         + [("improvement", "s.S.track_backward_ms")] * 30
@@ -332,7 +332,7 @@ def test_a_pass_fits_a_screen_in_text():
 def test_markdown_lists_only_blocking_rows_with_config_change():
     """Verdict first; the blocking table holds only blocking rows, each saying whether a
     config change explains it; missing rows are counted (listed folded); the rest counted."""
-    from regress.gate import render_markdown
+    from regress.gate_render import render_markdown
 
     rows = _report_rows([("regression", "s.S.track_forward_ms")]
                         + [("missing", "s.M.track_step_ms")] * 8
@@ -368,7 +368,7 @@ def test_a_pass_after_confirm_fits_a_screen_and_counts_the_cleared_rows():
     list of cleared rows in <details>, each with its first-run and re-run evidence."""
     import dataclasses
 
-    from regress.gate import render_markdown, render_text
+    from regress.gate_render import render_markdown, render_text
 
     rows = _report_rows([("unchanged", "s.S.track_forward_ms")] * 200
                         + [("improvement", "s.S.track_backward_ms")] * 30)  # fmt: skip
@@ -396,7 +396,7 @@ def test_markdown_after_confirm_lists_blocking_rows_before_any_count():
     lists of cleared rows."""
     import dataclasses
 
-    from regress.gate import render_markdown
+    from regress.gate_render import render_markdown
 
     rows = _report_rows([("regression", "s.S.track_forward_ms")]
                         + [("unchanged", "s.S.track_backward_ms")] * 20)  # fmt: skip

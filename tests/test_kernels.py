@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import safeattn
-from safeattn import families, reference
+from safeattn import contract, families, reference
 from safeattn.kernels import configs, launch
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
@@ -377,7 +377,7 @@ def test_adversarial_families(family, dtype, device, on_gpu):
     """The same families the numerics benchmarks measure: safeattn must score 0 / 0."""
     for seed in range(pick(on_gpu, 1, 3)):
         case = families.make_case(family, seed, dtype, device, pick(on_gpu, "small", "gpu"))
-        verdict = families.check(case, safeattn)
+        verdict = contract.check(case, safeattn)
         assert not verdict.nonfinite and not verdict.wrong, verdict.detail
 
 

@@ -21,9 +21,10 @@ import pytest
 from asv_helpers import REPO, write_asv_results
 
 from regress import report, workloads
-from regress.compare import GROUP_PARAM_KEY, compare, load_policy
+from regress.compare import GROUP_PARAM_KEY, compare
 from regress.gate import main as gate_main
 from regress.metrics import METRICS, attended_flops, tflops
+from regress.policy import load_policy
 from regress.results import load_results
 
 if str(REPO) not in sys.path:
@@ -189,9 +190,11 @@ def test_peer_ratios_script_keeps_mask_kinds_apart(results):
 
 
 def test_dashboard_labels_masks_and_derives_tflops_on_attended_pairs(loaded):
-    from dashboard import views
+    from dashboard.views.history import filter_options, history
+    from dashboard.views.peers import peer_ratios
+    from dashboard.views.tflops import add_tflops
 
-    ratios = views.peer_ratios(loaded, MACHINE, HEAD)
+    ratios = peer_ratios(loaded, MACHINE, HEAD)
     masked = ratios[ratios["benchmark"] == f"{MASKED}.track_forward_ms"]
     assert set(masked["peer"]) == set(PEER_RATIO)
     label = workloads.MASK_WORKLOADS["bool_mask"].label
@@ -200,18 +203,18 @@ def test_dashboard_labels_masks_and_derives_tflops_on_attended_pairs(loaded):
     steps = ratios[ratios["benchmark"] == f"{MODEL}.track_step_ms"]
     assert workloads.PADDING_LABELS["left"] in " ".join(steps["label"])
 
-    rows = views.history(loaded, f"{MASKED}.track_backward_ms", [MACHINE], {})
-    assert {"mask", "head_dim", "dtype"} <= set(views.filter_options(rows))
-    out, why_not = views.add_tflops(rows)
+    rows = history(loaded, f"{MASKED}.track_backward_ms", [MACHINE], {})
+    assert {"mask", "head_dim", "dtype"} <= set(filter_options(rows))
+    out, why_not = add_tflops(rows)
     assert why_not is None
     r = out[(out["commit"] == BASE) & (out["param_key"] ==
             "impl=safeattn dtype=float16 head_dim=64 mask=sliding_window")].iloc[0]
     pairs = workloads.MASK_WORKLOADS["sliding_window"].attended_pairs()
     expected = tflops(r["value"], attended_flops(pairs, 32, 64, "backward"))
     assert r["tflops"] == pytest.approx(expected)
-    model_rows = views.history(loaded, f"{MODEL}.track_step_ms", [MACHINE], {})
-    assert "padding" in views.filter_options(model_rows)
-    assert views.add_tflops(model_rows)[1] is not None  # a step is no attention call
+    model_rows = history(loaded, f"{MODEL}.track_step_ms", [MACHINE], {})
+    assert "padding" in filter_options(model_rows)
+    assert add_tflops(model_rows)[1] is not None  # a step is no attention call
 
 
 def test_peers_page_shows_the_masked_suite(results):

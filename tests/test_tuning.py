@@ -317,11 +317,11 @@ def test_concurrent_processes_never_corrupt_the_cache(tmp_path):
     "name", ["NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-80GB", "NVIDIA L4"]
 )
 def test_gpu_slug_is_the_asv_machine_name(name):
-    """The tables are named like the asv machines (tools/run.py keeps its own copy:
-    it imports nothing outside the standard library)."""
+    """The tables are named like the asv machines (tools/runner/machine.py keeps its own
+    copy: the runner imports nothing outside the standard library)."""
     sys.path.insert(0, str(REPO))
-    run = importlib.import_module("tools.run")
-    assert tuning.gpu_slug(name) == run.slug(name)
+    machine = importlib.import_module("tools.runner.machine")
+    assert tuning.gpu_slug(name) == machine.slug(name)
     assert tuning.gpu_slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
 
 
@@ -329,9 +329,10 @@ def test_gpu_slug_is_the_asv_machine_name(name):
 
 
 def _benchmarks(module: str):
-    """An asv suite module (``benchmarks``) or a tool (``tools``: prewarm, tune, run)."""
+    """An asv suite module (``benchmarks``) or a tool (``tools``: prewarm, tune,
+    runner.results)."""
     sys.path.insert(0, str(REPO))  # both packages live at the repository root
-    package = "tools" if module in ("prewarm", "tune", "run") else "benchmarks"
+    package = "tools" if module in ("prewarm", "tune", "runner.results") else "benchmarks"
     return importlib.import_module(f"{package}.{module}")
 
 
@@ -373,7 +374,7 @@ def test_a_sweep_worker_reports_the_keys_it_tuned(gpu, monkeypatch):
 
 
 def test_the_sweep_keeps_the_majority_and_merges_the_table(monkeypatch, tmp_path, capsys):
-    tune, common = _benchmarks("tune"), _benchmarks("_common")
+    tune, bench_env = _benchmarks("tune"), _benchmarks("_env")
     a, b, c = CANDIDATES[:3]
 
     def run(config, fast):
@@ -383,7 +384,7 @@ def test_the_sweep_keeps_the_majority_and_merges_the_table(monkeypatch, tmp_path
     monkeypatch.setattr(
         tune, "_one_repeat", lambda todo, r, n: (next(runs), GPU, {"triton": "3.9"}, 0)
     )
-    monkeypatch.setattr(common, "cuda_usable", lambda: True)
+    monkeypatch.setattr(bench_env, "cuda_usable", lambda: True)
     table = tmp_path / f"{GPU}.json"
     write_table(table, {"k0": c, "k1": b})
     assert tune.main(["--repeats", "3", "--out", str(tmp_path), "--kind", "model"]) == 0
@@ -406,17 +407,17 @@ def test_the_sweep_keeps_the_majority_and_merges_the_table(monkeypatch, tmp_path
 def test_the_gpu_suites_record_each_combinations_configs(monkeypatch, tmp_path):
     """record_launch appends safeattn's launched configs and their sources to the file
     tools/run.py names; without one it does nothing, and it never raises."""
-    common = _benchmarks("_common")
+    launches = _benchmarks("_launches")
     launched = {
         "forward": SimpleNamespace(config="M128-N64-w4-s3", source="table"),
         "bwd_dq": SimpleNamespace(config="M64-N64-w4-s2"),  # a commit without sources
     }
     monkeypatch.setattr(launch, "launched_kernels", lambda: dict(launched))
-    monkeypatch.delenv(common.LAUNCHES_ENV, raising=False)
-    common.record_launch("speed.SpeedSuite", ("impl", "head_dim"), ("safeattn", 64))
+    monkeypatch.delenv(launches.LAUNCHES_ENV, raising=False)
+    launches.record_launch("speed.SpeedSuite", ("impl", "head_dim"), ("safeattn", 64))
     path = tmp_path / "launches.jsonl"
-    monkeypatch.setenv(common.LAUNCHES_ENV, str(path))
-    common.record_launch("speed.SpeedSuite", ("impl", "head_dim"), ("safeattn", 64))
+    monkeypatch.setenv(launches.LAUNCHES_ENV, str(path))
+    launches.record_launch("speed.SpeedSuite", ("impl", "head_dim"), ("safeattn", 64))
     (line,) = path.read_text().splitlines()
     assert json.loads(line) == {
         "suite": "speed.SpeedSuite",
@@ -424,12 +425,12 @@ def test_the_gpu_suites_record_each_combinations_configs(monkeypatch, tmp_path):
         "configs": {"bwd_dq": "M64-N64-w4-s2", "forward": "M128-N64-w4-s3"},
         "sources": {"bwd_dq": "", "forward": "table"},
     }
-    common.record_launch("speed.SpeedSuite", ("impl",), ("safeattn", 64))  # wrong: no raise
+    launches.record_launch("speed.SpeedSuite", ("impl",), ("safeattn", 64))  # wrong: no raise
     assert len(path.read_text().splitlines()) == 1
 
 
 def test_run_py_keeps_the_launched_configs_in_the_commits_sidecar(tmp_path):
-    run = _benchmarks("run")
+    results = _benchmarks("runner.results")
     sha = "ab" * 20
     machine_dir = tmp_path / "results" / "gpu"
     machine_dir.mkdir(parents=True)
@@ -443,14 +444,15 @@ def test_run_py_keeps_the_launched_configs_in_the_commits_sidecar(tmp_path):
     launches = tmp_path / f"launches-{sha}.jsonl"
     lines = [json.dumps(record("bool_mask", "A")), json.dumps(record("varlen_docs", "B"))]
     launches.write_text("\n".join([*lines, '{"torn']) + "\n")
-    assert run.write_sidecars(tmp_path / "results", "gpu", 0.0, {"gpu": None}, tmp_path) == [sha]
+    written = results.write_sidecars(tmp_path / "results", "gpu", 0.0, {"gpu": None}, tmp_path)
+    assert written == [sha]
     assert json.loads(sidecar.read_text())["safeattn_launches"] == [
         record("bool_mask", "A"), record("varlen_docs", "B")
     ]  # fmt: skip
     # the run's last call (its temporary folder gone) keeps them; a re-measure replaces one
-    run.write_sidecars(tmp_path / "results", "gpu", 0.0, {"gpu": None})
+    results.write_sidecars(tmp_path / "results", "gpu", 0.0, {"gpu": None})
     launches.write_text(json.dumps(record("bool_mask", "C")) + "\n")
-    run.write_sidecars(tmp_path / "results", "gpu", 0.0, {"gpu": None}, tmp_path)
+    results.write_sidecars(tmp_path / "results", "gpu", 0.0, {"gpu": None}, tmp_path)
     assert json.loads(sidecar.read_text())["safeattn_launches"] == [
         record("bool_mask", "C"), record("varlen_docs", "B")
     ]  # fmt: skip

@@ -1,7 +1,8 @@
 """The tools around the product, each a ``python -m tools.<name>`` command run from the
 repository root (none is imported by the kernel package, the asv suites or the dashboard app).
 
-Benchmarking: ``run`` (the asv runner: suites, commit ranges, status file), ``gpu_history.sh``
+Benchmarking: ``run`` (the asv runner: suites, commit ranges, status file; its parts in
+``runner/``), ``gpu_history.sh``
 (history on a GPU machine), ``prewarm`` (compile caches), ``tune`` (tuning tables),
 ``config_sweep`` and ``kernel_perf`` (one-shape sweeps and tables), ``smoke`` and
 ``compiled_step`` (GPU runs outside asv), ``peer_ratios`` (ratios from results/),

@@ -42,7 +42,7 @@ def suite_grid() -> dict[str, dict]:
         sys.path.insert(0, str(REPO))
     import importlib
 
-    import benchmarks._common as common
+    import benchmarks._env as common
 
     common.cuda_usable = lambda: True  # read the GPU grids on this CPU-only machine
     entries: dict[str, dict] = {}

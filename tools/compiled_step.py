@@ -16,7 +16,7 @@ cross-entropy over the non-padding labels, backward, no optimizer), padding ``no
   its mask, built from the batch's padding mask inside it) under
   ``torch.compile(fullgraph=True)`` (Inductor), ``.backward()`` running AOTAutograd's
   compiled backward. The padding mask is a new tensor every step, as in train_step.
-- ``flex``: FlexAttention compiled (``_common.compiled_flex``), the rest of the step eager,
+- ``flex``: FlexAttention compiled (``_attention.compiled_flex``), the rest of the step eager,
   as ModelStepSuite runs it (mode ``eager``).
 
 Compiling: by default the sequence dimension of the batch is marked dynamic
@@ -27,7 +27,7 @@ fullgraph, so breaks are counted rather than raised), per padding, before anythi
 (explain resets Dynamo's caches).
 
 Timing, as ModelStepSuite: two untimed steps (compile, autotune; a compile inside the timed
-steps fails the entry), then ``_common.cuda_event_samples`` (one CUDA-event pair per step,
+steps fails the entry), then ``_gpu_measure.cuda_event_samples`` (one CUDA-event pair per step,
 L2 flushed, parameter gradients reset to None outside the timed region); the table shows
 the median. Peak bytes: ``torch.cuda.max_memory_allocated()`` during one more step, less
 what was allocated before it. An entry that fails shows its reason instead of numbers.
@@ -37,6 +37,8 @@ seconds, so the table still prints under a command time limit.
 
 Output: one progress line per entry on stderr, a markdown table last on stdout;
 ``--json PATH`` also writes every row (with its samples) and the environment.
+(Left whole at ~400 lines: one command whose grid, step variants, timing and report read
+top to bottom; no piece is used elsewhere.)
 """
 
 from __future__ import annotations
@@ -153,7 +155,7 @@ def count_graph_breaks(impl: str, padding: str, seq_len: int) -> dict:
     import torch
 
     from benchmarks import _llama
-    from benchmarks._common import workloads
+    from benchmarks._truth import workloads
 
     cfg = workloads.MODEL
     params = _llama.init_params(cfg, "cuda", "bfloat16")
@@ -185,7 +187,7 @@ class Steps:
     def step(self, impl: str, mode: str, padding: str, params, batch) -> Callable:
         """``step() -> loss``: one training step without the optimizer."""
         from benchmarks import _llama
-        from benchmarks._common import workloads
+        from benchmarks._truth import workloads
 
         cfg = workloads.MODEL
         if mode == "eager":
@@ -215,13 +217,13 @@ def measure(steps: Steps, impl: str, mode: str, seq_len: int, padding: str, samp
     import torch
 
     from benchmarks import _llama
-    from benchmarks._common import (
+    from benchmarks._gpu_measure import (
         check_no_compile,
         cuda_event_samples,
         dynamo_graphs,
         step_peak_bytes,
-        workloads,
     )
+    from benchmarks._truth import workloads
 
     cfg = workloads.MODEL
     params = _llama.init_params(cfg, "cuda", "bfloat16")
@@ -254,7 +256,7 @@ def run(
     ``measure_fn(steps, impl, mode, seq_len, padding, samples)`` and
     ``explain_fn(impl, padding, seq_len)`` are replaceable (the CPU tests fake them);
     ``after()`` runs after every entry."""
-    from benchmarks._common import progress, reason_of
+    from benchmarks._grid import progress, reason_of
 
     deadline = time.monotonic() + (args.budget_s if args.budget_s > 0 else math.inf)
     breaks: dict[str, dict] = {}

@@ -27,7 +27,10 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-STATUS_ENV = "SAFEATTN_BENCH_STATUS"  # = tools.run.STATUS_ENV, dashboard.progress
+if str(REPO) not in sys.path:  # `python tools/demo.py` as well as `python -m tools.demo`
+    sys.path.insert(0, str(REPO))
+
+from tools.runner.status import STATUS_ENV  # noqa: E402
 
 
 def say(message: str) -> None:

@@ -6,7 +6,8 @@ For one machine and commit (default: the newest measured commit of each machine)
 per speed metric and shape ``peer time / safeattn time`` (above 1: safeattn is faster) and
 the geometric mean per peer; ``--suite speed.MaskedSpeedSuite`` or ``speed.ModelStepSuite``
 for the masked-attention suites. Reads results through ``regress.results`` (the
-loader the gate and dashboard use); not an asv suite.
+loader the gate and dashboard use) and takes the ratios from ``regress.ratios`` (as the
+README and the dashboard do); not an asv suite.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-# Every speed suite's shape parameters (SpeedSuite, MaskedSpeedSuite, ModelStepSuite).
-SHAPE_PARAMS = ("dtype", "head_dim", "seq_len", "causal", "gqa", "mask", "padding")
 
 
 def ratio_table(
@@ -27,7 +26,7 @@ def ratio_table(
     import pandas as pd
 
     from regress.metrics import OWN_IMPL
-    from regress.report import peer_over_own
+    from regress.ratios import SHAPE_PARAMS, peer_over_own
     from regress.results import load_results
 
     table = load_results(results_dir).table
@@ -55,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit")
     parser.add_argument("--suite", default="speed.SpeedSuite")
     args = parser.parse_args(argv)
-    from regress.report import geomean
+    from regress.ratios import SHAPE_PARAMS, geomean
 
     ratios = ratio_table(args.results, args.machine, args.commit, args.suite)
     if ratios.empty:

@@ -50,7 +50,7 @@ def tasks() -> list[tuple]:
     head_dim, mask), ("model", impl, seq_len, padding) and ("numerics", family, impl, dtype)
     tuples, FlexAttention first (its compiles are the longest)."""
     from benchmarks import numerics, speed
-    from benchmarks._common import pruned_reason
+    from benchmarks._grid import pruned_reason
 
     todo = [
         ("speed", *combo)
@@ -97,7 +97,7 @@ def warm(task: tuple) -> tuple[tuple, float, str]:
         import torch
 
         from benchmarks import numerics
-        from benchmarks._common import attention_call, attention_inputs, dtype_of, impl_context
+        from benchmarks._attention import attention_call, attention_inputs, dtype_of, impl_context
 
         if task[0] == "speed":
             impl, dtype, head_dim, seq_len, causal, gqa = task[1:]
@@ -116,7 +116,7 @@ def warm(task: tuple) -> tuple[tuple, float, str]:
             # The model's attention calls only, not its training step: the step needs
             # several GB, and a dozen of these processes share one GPU.
             from benchmarks import _llama
-            from benchmarks._common import workloads
+            from benchmarks._truth import workloads
 
             impl, seq_len, padding = task[1:]
             pads = workloads.model_padding(padding, seq_len)
@@ -127,11 +127,11 @@ def warm(task: tuple) -> tuple[tuple, float, str]:
             )
             attend(q, k, v).backward(grad_out)
         else:
-            from safeattn import families
+            from safeattn import contract
 
             family, impl, dtype = task[1:]
             with impl_context(impl):
-                families.rates(family, numerics._impl(impl), dtype_of(dtype), "cuda", 1, "gpu")
+                contract.rates(family, numerics._impl(impl), dtype_of(dtype), "cuda", 1, "gpu")
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         return task, time.perf_counter() - start, ""
@@ -146,7 +146,7 @@ def warm(task: tuple) -> tuple[tuple, float, str]:
 def run(workers: int, kinds: tuple[str, ...] | None = None) -> int:
     """Warm the caches with ``workers`` processes; returns the number of failed tasks.
     ``kinds``: only these task kinds ("speed", "masked", "model", "numerics")."""
-    from benchmarks._common import cuda_usable
+    from benchmarks._env import cuda_usable
 
     if not cuda_usable():
         print("[prewarm] no usable CUDA GPU here: nothing to warm", flush=True)

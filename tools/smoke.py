@@ -4,7 +4,7 @@
                                [--prewarm N] [--budget-s S] [--full]
 
 Measures every combination of the two suites' grids with the suites' own functions
-(``speed._masked_times``, ``speed._model_step``) through ``_common.measure_grid``, so an
+(``speed._masked_times``, ``speed._model_step``) through ``_grid.measure_grid``, so an
 implementation that cannot run a combination shows the reason asv would record as NaN, and
 prints one table per suite: forward / backward / forward+backward ms (medians) with
 safeattn's TFLOP/s on attended pairs, or step ms and peak GiB; then, per mask kind, the
@@ -31,7 +31,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks._common import QUICK_ENV, Missing, measure_grid, metrics, workloads
+from benchmarks._env import QUICK_ENV
+from benchmarks._grid import Missing, measure_grid
+from benchmarks._truth import metrics, workloads
 
 SUITES = ("masked", "model")
 _CLASSES = {"masked": "MaskedSpeedSuite", "model": "ModelStepSuite"}

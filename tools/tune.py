@@ -49,7 +49,7 @@ _WORKER_ENV = {
 
 def tune_tasks(kinds: tuple[str, ...] = KINDS) -> list[tuple]:
     """prewarm's tasks of these kinds whose implementation is safeattn."""
-    from benchmarks._common import metrics
+    from benchmarks._truth import metrics
     from tools import prewarm
 
     return [t for t in prewarm.tasks() if t[0] in kinds and t[1] == metrics.OWN_IMPL]
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
 
-    from benchmarks._common import cuda_usable
+    from benchmarks._env import cuda_usable
     from safeattn.kernels import tuning
 
     out = args.out or tuning.TABLE_DIR

@@ -3,8 +3,9 @@ significance and verdicts (the same comparison and policy the gate uses)."""
 
 import streamlit as st
 
-from dashboard import state, views
-from regress.compare import VERDICTS
+from dashboard import state
+from dashboard.views.common import readable, short, verdict_counts
+from regress.policy import VERDICTS
 
 st.title("Compare two commits")
 index = state.results_index()
@@ -24,15 +25,15 @@ state.loaded_results(window)  # reports unreadable files, stops if nothing loads
 try:
     comparison = state.compared(window, machine, base, head)
 except Exception as exc:  # a bug or odd data in one pair must not take the page down
-    st.error(f"Comparing `{views.short(base)}` → `{views.short(head)}` failed: {exc!r}")
+    st.error(f"Comparing `{short(base)}` → `{short(head)}` failed: {exc!r}")
     st.stop()
-counts = views.verdict_counts(comparison)
+counts = verdict_counts(comparison)
 blocking = counts["failure"] + counts["regression"] + counts["missing"]
 summary = ", ".join(f"{v}: {n}" for v, n in counts.items() if n)
 if blocking:
-    st.error(f"The gate would fail `{views.short(head)}` against `{views.short(base)}` — {summary}")
+    st.error(f"The gate would fail `{short(head)}` against `{short(base)}` — {summary}")
 else:
-    st.success(f"The gate would pass `{views.short(head)}` against `{views.short(base)}` — "
+    st.success(f"The gate would pass `{short(head)}` against `{short(base)}` — "
                f"{summary}")
 cols = st.columns(len(VERDICTS))
 for col, verdict in zip(cols, VERDICTS, strict=True):
@@ -54,7 +55,7 @@ rows = rows.assign(
     significant=rows["significant"].map({True: "yes", False: "no"}).fillna("no test"),
 ).sort_values(["_order", "ratio"], ascending=[True, False])
 state.table(
-    views.readable(
+    readable(
         rows[["verdict", "benchmark", "param_key", "base_value", "head_value", "unit", "ratio",
               "p_value", "significant", "test", "reason"]],
         {"ratio": "{:.3f}", "p_value": "{:.3g}"},

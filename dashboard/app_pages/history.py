@@ -6,7 +6,19 @@ gate's verdicts of each commit against its parent as diamonds."""
 import altair as alt
 import streamlit as st
 
-from dashboard import state, views
+from dashboard import state
+from dashboard.views.common import metric_label, readable, short, verdict_counts
+from dashboard.views.history import (
+    benchmark_labels,
+    filter_options,
+    history,
+    history_baselines,
+    history_chart,
+    history_summary,
+    normalised,
+)
+from dashboard.views.overview import TREND_BENCHMARKS
+from dashboard.views.tflops import add_tflops
 
 st.title("History")
 index = state.results_index()
@@ -19,9 +31,9 @@ last_n = state.url_int("Newest commits per machine", "last", 50, 2, 5000, contai
 # Offer the benchmarks that the newest few commits measured (benchmarks.json also lists
 # suites that other machines run; a newest commit may have run only some suites).
 newest = state.loaded_results({m: index.newest(m, 5) for m in machine_names})
-labels = views.benchmark_labels(newest)
+labels = benchmark_labels(newest)
 # By default the dense grid's forward time, the benchmark with the longest history.
-default = list(labels).index(views.TREND_BENCHMARKS[0]) if views.TREND_BENCHMARKS[0] in labels \
+default = list(labels).index(TREND_BENCHMARKS[0]) if TREND_BENCHMARKS[0] in labels \
     else 0
 benchmark = state.url_select(
     "Benchmark", list(labels), "benchmark", format_func=lambda b: f"{b} — {labels[b]}",
@@ -32,7 +44,7 @@ window = {m: index.newest(m, last_n) for m in machine_names}
 loaded = state.loaded_results(window, benchmarks=[benchmark])
 
 rows_of_benchmark = loaded.table[loaded.table["benchmark"] == benchmark]
-options = views.filter_options(rows_of_benchmark)
+options = filter_options(rows_of_benchmark)
 filters = {}
 if options:
     cols = st.columns(len(options))
@@ -50,14 +62,14 @@ want_verdicts = state.url_toggle("Gate verdicts", "verdicts", True, container=c4
                                  help="The gate's verdict of each commit against its parent, "
                                  "as diamonds.")
 
-rows = views.history(loaded, benchmark, machine_names, filters)
+rows = history(loaded, benchmark, machine_names, filters)
 if rows.empty:
     st.info("No results match these filters.")
     st.stop()
 
-y_field, y_title = "value", views.metric_label(rows["metric"].iloc[0], benchmark)
+y_field, y_title = "value", metric_label(rows["metric"].iloc[0], benchmark)
 if want_tflops:
-    rows, why_not = views.add_tflops(rows)
+    rows, why_not = add_tflops(rows)
     if why_not:
         st.warning(f"TFLOP/s not shown: {why_not}.")
     else:
@@ -69,14 +81,14 @@ if summary_mode or normalise:
     commits = list(shown["commit"])
     wanted = state.url_select(
         "Baseline commit (1.0)", commits, "baseline",
-        format_func=lambda c: f"{views.short(c)} · {shown.set_index('commit').at[c, 'when']}",
+        format_func=lambda c: f"{short(c)} · {shown.set_index('commit').at[c, 'when']}",
         default_index=len(commits) - 1,
     )
-    baselines = views.history_baselines(rows, wanted)
-    rows = views.normalised(rows, y_field, baselines)
+    baselines = history_baselines(rows, wanted)
+    rows = normalised(rows, y_field, baselines)
     moved = [m for m, c in baselines.items() if c != wanted]
     if moved:
-        st.caption(f"`{views.short(wanted)}` was not measured on {', '.join(moved)}: "
+        st.caption(f"`{short(wanted)}` was not measured on {', '.join(moved)}: "
                    "there the baseline is the oldest commit shown.")
 
 verdicts = None
@@ -84,7 +96,7 @@ if want_verdicts:
     verdicts = state.history_verdicts(window, benchmark, machine_names, filters)
 
 if summary_mode:
-    summary = views.history_summary(rows, verdicts)
+    summary = history_summary(rows, verdicts)
     st.caption(
         f"Per implementation, the geometric mean over {rows['param_key'].nunique()} "
         "parameter combination(s) of each value ÷ its value at the baseline commit. "
@@ -100,8 +112,8 @@ if summary_mode:
                    alt.Tooltip("relative:Q", format=".3f", title="÷ baseline"),
                    alt.Tooltip("shapes:Q", title="combinations"), "baseline:N"]
         st.altair_chart(
-            views.history_chart(of_machine, "relative", y_title, "group",
-                                "implementation", marks=of_machine, tooltip=tooltip),
+            history_chart(of_machine, "relative", y_title, "group",
+                          "implementation", marks=of_machine, tooltip=tooltip),
             width="stretch",
         )
 else:
@@ -119,13 +131,13 @@ else:
                    "param_key:N", alt.Tooltip(f"{field}:Q", format=".4g"), "status:N"]
         of_marks = marks[marks["machine"] == machine] if marks is not None else None
         st.altair_chart(
-            views.history_chart(of_machine, field, title, "param_key", "parameters",
-                                marks=of_marks, tooltip=tooltip, legend=n_series <= 12),
+            history_chart(of_machine, field, title, "param_key", "parameters",
+                          marks=of_marks, tooltip=tooltip, legend=n_series <= 12),
             width="stretch",
         )
 
 if verdicts is not None:
-    counts = views.verdict_counts(verdicts)
+    counts = verdict_counts(verdicts)
     st.caption(
         "Gate verdicts of each shown commit against its parent (diamonds): "
         + (", ".join(f"{v} {n}" for v, n in counts.items() if n) or "none")
@@ -134,4 +146,4 @@ with st.expander("Data"):
     shown_columns = ["machine", "short", "when", "param_key", "value", "ci_low", "ci_high",
                      "status"]
     shown_columns += [c for c in ("tflops", "relative", "baseline") if c in rows.columns]
-    state.table(views.readable(rows[shown_columns]))
+    state.table(readable(rows[shown_columns]))

@@ -4,7 +4,9 @@ neutral grey, any rate above 0 in red."""
 
 import streamlit as st
 
-from dashboard import state, views
+from dashboard import state
+from dashboard.views.common import SAFETY_METRICS, readable
+from dashboard.views.numerics import family_names, numerics, numerics_chart
 
 st.title("Numerics under adversarial inputs")
 index = state.results_index()
@@ -15,11 +17,11 @@ commits = index.commits(machine)
 commit = state.commit_select(index, machine, "Commit", "commit",
                              default_index=commits.index(measured) if measured in commits else 0)
 loaded = state.loaded_results({machine: [commit]})
-family_names = views.family_names()
-if family_names is None:
+known_families = family_names()
+if known_families is None:
     st.warning("safeattn.families is not importable here: families are listed as the results "
                "name them, unchecked.")
-table = views.numerics(loaded, machine, commit, family_order=family_names)
+table = numerics(loaded, machine, commit, family_order=known_families)
 if table.empty:
     st.info("This commit has no numerics benchmarks (track_nonfinite_rate, "
             "track_wrong_result_rate).")
@@ -34,12 +36,12 @@ unknown = sorted(set(table.loc[~table["known_family"], "family"]))
 if unknown:
     st.warning("Families not in safeattn.families: " + ", ".join(unknown))
 
-for metric in views.SAFETY_METRICS:
+for metric in SAFETY_METRICS:
     rows = table[table["metric"] == metric]
     if rows.empty:
         continue
     st.subheader(rows["label"].iloc[0])
-    st.altair_chart(views.numerics_chart(rows))
+    st.altair_chart(numerics_chart(rows))
 
 with st.expander("Every row"):
-    state.table(views.readable(table))
+    state.table(readable(table))

@@ -3,7 +3,11 @@ safeattn's speed trend over commits, then the rows behind the verdict."""
 
 import streamlit as st
 
-from dashboard import state, views
+from dashboard import state
+from dashboard.views.common import readable, short
+from dashboard.views.numerics import nonfinite_summary
+from dashboard.views.overview import trend_chart
+from regress.ratios import SPEED_SUITE
 
 st.title("safeattn — overview")
 st.caption(
@@ -18,14 +22,14 @@ COLUMNS = ["benchmark", "param_key", "base_value", "head_value", "unit", "ratio"
 
 for h in health:
     st.header(h.title)
-    head = f"`{views.short(h.head)}` ({h.head_date:%Y-%m-%d %H:%M} UTC)"
+    head = f"`{short(h.head)}` ({h.head_date:%Y-%m-%d %H:%M} UTC)"
     if h.parent is None:
         st.info(f"Newest commit {head}. Only one commit has results here: nothing to "
                 "compare yet.")
     elif h.error:
         st.error(f"Could not judge {head}: {h.error}")
     else:
-        pair = f"{head} against its parent `{views.short(h.parent)}`"
+        pair = f"{head} against its parent `{short(h.parent)}`"
         summary = ", ".join(f"{h.counts[v]} {v}" for v in SHOWN if h.counts[v]) or "no changes"
         if h.verdict == "fail":
             st.error(f"**Fail** — the gate would fail {pair}: {summary}.")
@@ -48,7 +52,7 @@ for h in health:
     trend = state.speed_trend(h.machine)
     if trend.empty:
         # e.g. a CPU machine (make demo without a GPU runs the interpreter suites only)
-        st.caption(f"No GPU speed history on this machine (no safeattn `{views.SPEED_SUITE}` "
+        st.caption(f"No GPU speed history on this machine (no safeattn `{SPEED_SUITE}` "
                    "results): no trend.")
     else:
         measured = list(dict.fromkeys(trend.sort_values("order", ascending=False)["commit"]))
@@ -61,27 +65,27 @@ for h in health:
         )
         trend = state.speed_trend(h.machine, baseline)
         c2.caption(
-            f"Geometric mean over all `{views.SPEED_SUITE}` shapes of baseline time ÷ time, "
+            f"Geometric mean over all `{SPEED_SUITE}` shapes of baseline time ÷ time, "
             "per pass (above 1: faster than the baseline). Diamonds: the gate's verdict of "
             "that commit against its parent on that pass (red: regression, green: "
             f"improvement). Newest commit with these results: `{trend['short'].iloc[-1]}`."
         )
-        st.altair_chart(views.trend_chart(trend), width="stretch")
+        st.altair_chart(trend_chart(trend), width="stretch")
     for verdict in SHOWN:
         rows = h.rows(verdict)
         if not rows.empty:
             with st.expander(f"{verdict}: {len(rows)}", expanded=verdict in ("failure",
                                                                              "regression")):
-                state.table(views.readable(rows[COLUMNS], {"ratio": "{:.3f}"}))
+                state.table(readable(rows[COLUMNS], {"ratio": "{:.3f}"}))
     st.subheader("Non-finite and wrong-result rates")
     safety_commit, safety = state.latest_safety(h.machine)
-    summary = views.nonfinite_summary(safety)
+    summary = nonfinite_summary(safety)
     if summary.empty:
         st.caption("No non-finite or wrong-result rates in this machine's results.")
     else:
         newest = "the newest commit" if safety_commit == h.head else (
             "the newest commit that measured them")
-        st.caption(f"At `{views.short(safety_commit)}`, {newest}. Every safeattn rate must be "
+        st.caption(f"At `{short(safety_commit)}`, {newest}. Every safeattn rate must be "
                    "0; peers are context.")
-        state.table(views.readable(summary))
+        state.table(readable(summary))
     st.divider()

@@ -4,7 +4,9 @@ each architecture's limit (from safeattn.gpu_limits)."""
 import altair as alt
 import streamlit as st
 
-from dashboard import state, views
+from dashboard import state
+from dashboard.views.common import readable
+from dashboard.views.resources import RESOURCE_METRICS, resources
 from regress.metrics import METRICS
 from safeattn.gpu_limits import ARCHS
 
@@ -13,7 +15,7 @@ index = state.results_index()
 machine = state.machine_select(index)
 commit = state.commit_select(index, machine, "Commit", "commit")
 loaded = state.loaded_results({machine: [commit]})
-table = views.resources(loaded, machine, commit)
+table = resources(loaded, machine, commit)
 if table.empty:
     st.info("This commit has no resource benchmarks (track_shared_bytes, track_registers, "
             "track_spills).")
@@ -23,11 +25,11 @@ over = table[table["over"]]
 if not over.empty:
     st.error(f"{len(over)} row(s) over their limit: the architecture's shared memory or "
              "registers per thread, or any register spill.")
-    state.table(views.readable(over[["label", "arch", "source", "config", "value", "limit"]]))
+    state.table(readable(over[["label", "arch", "source", "config", "value", "limit"]]))
 else:
     st.success("Every kernel fits its architecture's limits, without spills.")
 
-for metric in views.RESOURCE_METRICS:
+for metric in RESOURCE_METRICS:
     rows = table[table["metric"] == metric]
     if rows.empty:
         continue
@@ -56,4 +58,4 @@ with st.expander("Architecture limits (safeattn.gpu_limits)"):
          for a in ARCHS.values()],
     )
 with st.expander("Every row"):
-    state.table(views.readable(table, {"used": "{:.0%}"}))
+    state.table(readable(table, {"used": "{:.0%}"}))

@@ -56,7 +56,7 @@ def setup(variant, d, only=None, single=False):
 def case(kind, impl, d):
     import torch
 
-    from benchmarks._common import compiled_flex
+    from benchmarks._attention import compiled_flex
     from benchmarks._masks import block_mask, keep_mask, mask_case, padded_causal_mod
 
     if kind == "dense_causal":

@@ -112,7 +112,7 @@ def cmd_compile(kind, idx):
 def cmd_flexwarm(kind):
     import torch
 
-    from benchmarks._common import compiled_flex
+    from benchmarks._attention import compiled_flex
     from benchmarks._masks import mask_case
 
     case = mask_case(kind, "flex", DT, D, flex=compiled_flex())
@@ -136,7 +136,7 @@ def cmd_time(kind):
     patch(None)
     import torch
 
-    from benchmarks._common import compiled_flex
+    from benchmarks._attention import compiled_flex
     from benchmarks._masks import mask_case
     from safeattn.kernels import launch
 

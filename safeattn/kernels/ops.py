@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ..blockmask import BlockSummary
-from . import launch
+from . import launch, passes
 
 _NAMESPACE = "safeattn"
 
@@ -83,7 +83,7 @@ def attn_fwd(
     (``batch`` is read only for varlen; ``block_q``/``block_k`` are 0 without tiles)."""
     meta = _meta(q, k, key_mask, varlen, batch, max_seqlen_q, max_seqlen_k, bottom_right,
                  window_left, window_right, mask_kind, scale, deterministic, block_q, block_k)
-    return launch.forward(
+    return passes.forward(
         q, k, v, key_mask, attn_mask, cu_seqlens_q, cu_seqlens_k, meta,
         _summary(tiles, block_q, block_k),
     )  # fmt: skip
@@ -124,7 +124,7 @@ def attn_bwd(
     """Backward kernels: ``(dq, dk, dv)`` shaped (and laid out) like q, k, v."""
     meta = _meta(q, k, key_mask, varlen, batch, max_seqlen_q, max_seqlen_k, bottom_right,
                  window_left, window_right, mask_kind, scale, deterministic, block_q, block_k)
-    return launch.backward(
+    return passes.backward(
         q, k, v, out, dout, lse2, key_mask, attn_mask, cu_seqlens_q, cu_seqlens_k, meta,
         _summary(tiles, block_q, block_k),
     )  # fmt: skip
@@ -168,7 +168,7 @@ class _Eager(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: launch.Meta, summary):
-        out, lse2 = launch.forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta, summary)
+        out, lse2 = passes.forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta, summary)
         ctx.save_for_backward(q, k, v, out, lse2, key_mask, attn_mask, cu_q, cu_k)
         ctx.meta, ctx.summary = meta, summary
         ctx.mark_non_differentiable(lse2)
@@ -177,7 +177,7 @@ class _Eager(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dlse2):
         q, k, v, out, lse2, key_mask, attn_mask, cu_q, cu_k = ctx.saved_tensors
-        dq, dk, dv = launch.backward(
+        dq, dk, dv = passes.backward(
             q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, ctx.meta, ctx.summary
         )
         return dq, dk, dv, None, None, None, None, None, None

@@ -1,0 +1,129 @@
+"""The benchmark process's environment, and what this machine can run (a private module:
+asv imports it but finds no benchmark; ``benchmarks/__init__`` imports it first).
+
+On import it puts back the ``PYTHONPATH`` entries asv took off ``sys.path``
+(:func:`restore_pythonpath`) and pins one Triton cache for every benchmark process
+(``TRITON_CACHE_DIR``). Then: quick mode, whether CUDA is usable (decided without importing
+torch), and the switch to Triton's interpreter for the CPU suites.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import sys
+from functools import cache
+from pathlib import Path
+
+# Quick mode (``python tools/run.py --quick``, the CI test): fewer timing samples and
+# trials, and a one-slice static audit (resources.py). For checking the suite, not history.
+QUICK_ENV = "SAFEATTN_BENCH_QUICK"
+
+# One Triton cache for every benchmark process. Inductor points TRITON_CACHE_DIR at its own
+# folder (/tmp/torchinductor_<user>/triton/<device>) in a process the first time it builds a
+# Triton kernel, if the variable is unset; safeattn's kernels compiled after that go there,
+# those compiled before go to Triton's default. A prewarm worker that compiled a
+# FlexAttention peer first and a suite process that runs safeattn first then look in
+# different folders, and the suite compiles again what the prewarm built (16-48 s per
+# combination on an H100/H200). Pinned here, on import (benchmarks/__init__ imports this
+# module first, so the suites and the prewarm's and the tuner's workers have it before
+# anything compiles), unless the user set it.
+TRITON_CACHE_ENV = "TRITON_CACHE_DIR"
+os.environ.setdefault(
+    TRITON_CACHE_ENV,
+    os.path.join(os.environ.get("TRITON_HOME") or os.path.expanduser("~"), ".triton", "cache"),
+)
+
+
+def restore_pythonpath() -> list[str]:
+    """Put ``PYTHONPATH``'s entries back on ``sys.path`` (front, in order) when asv took them
+    off; returns the entries it restored.
+
+    Why: tools/run.py exposes the machine's torch/triton to asv's virtualenv through
+    ``ASV_PYTHONPATH``. asv 0.6.6's ``Environment.run_executable`` turns that into the child's
+    ``PYTHONPATH`` and drops ``ASV_PYTHONPATH``; then its ``benchmark.py`` (discover,
+    setup_cache, run, run_server), seeing ``PYTHONPATH`` without ``ASV_PYTHONPATH``, removes
+    exactly those entries from ``sys.path`` (airspeed-velocity/asv#1463, #1537). Result:
+    ``No module named 'torch'`` in every benchmark process when torch lives in a venv or a
+    ``pip --target`` directory. ``os.environ`` still holds ``PYTHONPATH``, and this module is
+    imported first by the benchmarks package, before anything imports torch, so it undoes the
+    removal here.
+    Where asv kept the entries (``--python=same``, a fixed asv) nothing changes.
+    """
+    entries = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    missing = [p for p in entries if p not in sys.path]
+    sys.path[:0] = missing
+    return missing
+
+
+restore_pythonpath()
+
+
+def quick() -> bool:
+    """True when the run was started in quick mode (fewer samples, same grid)."""
+    return os.environ.get(QUICK_ENV, "") == "1"
+
+
+@cache
+def cuda_usable() -> bool:
+    """Whether torch can use a CUDA GPU here, decided *without importing torch*.
+
+    Every benchmark process evaluates the parameter grids at import, and importing torch
+    costs ~1-2 s; with hundreds of track processes per commit that would dominate the run.
+    The check: torch is a CUDA build (its ``lib/libtorch_cuda.so`` exists), the driver's
+    NVML library reports at least one GPU, and ``CUDA_VISIBLE_DEVICES`` does not hide them
+    all. The GPU suites' ``setup_cache`` confirms with ``torch.cuda.is_available()``.
+    """
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    torch_dir = Path(next(iter(spec.submodule_search_locations)))
+    if not any((torch_dir / "lib").glob("libtorch_cuda*.so")):
+        return False
+    return _nvml_device_count() > 0
+
+
+def _nvml_device_count() -> int:
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_uint(0)
+    if nvml.nvmlInit_v2() != 0:
+        return 0
+    try:
+        if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+            return 0
+        return int(count.value)
+    finally:
+        nvml.nvmlShutdown()
+
+
+def require_cuda() -> None:
+    """Called at the top of a GPU setup_cache: fail with a clear message, not a CUDA error."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "benchmarks: this machine looked CUDA-capable (torch CUDA build + an NVIDIA GPU "
+            "via NVML) but torch.cuda.is_available() is False.\n"
+            "HINT: check the driver and CUDA_VISIBLE_DEVICES; on a CPU-only machine only the "
+            "CPU suites are in the grid."
+        )
+
+
+def use_interpreter() -> None:
+    """Run safeattn's Triton kernels under Triton's interpreter in this process.
+
+    Must happen before safeattn is imported (Triton chooses interpreter or compiler when a
+    kernel is decorated). The CPU suites call it first thing in setup_cache.
+    """
+    if "safeattn" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError(
+            "benchmarks: safeattn was imported before TRITON_INTERPRET=1 was set, so its "
+            "kernels are compiled for a GPU, not interpreted; a CPU suite cannot run here."
+        )
+    os.environ["TRITON_INTERPRET"] = "1"

@@ -1,0 +1,166 @@
+"""The forward and backward passes as kernel launches: output allocation, each kernel's
+argument list (strides, masks, block-mask tiles) and grid. :mod:`.launch` chooses the
+config and launches; ``ops.py`` wraps these functions as PyTorch operators.
+
+Everything here receives an already-validated :class:`safeattn._inputs.AttnProblem`'s
+tensors and its :class:`.launch.Meta`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import triton
+
+from . import launch
+from .backward import _bwd_dkdv, _bwd_dq
+from .forward import _attn_fwd
+from .launch import Meta
+
+_LN2 = math.log(2.0)
+_LOG2E = 1.0 / _LN2
+
+
+def _alloc_like(t: torch.Tensor) -> torch.Tensor:
+    """Output buffer with ``t``'s shape and memory layout. ``SAFEATTN_POISON_OUTPUTS=1``
+    fills it with NaN first, so a test can prove that every element gets written."""
+    out = torch.empty_like(t)
+    if os.environ.get("SAFEATTN_POISON_OUTPUTS") == "1":
+        out.fill_(float("nan"))
+    return out
+
+
+def _dense_strides(t: torch.Tensor, varlen: bool) -> tuple[int, int, int, int]:
+    """(batch, head, token, dim) strides; varlen tensors are (tokens, heads, dim)."""
+    if varlen:
+        return (0, t.stride(1), t.stride(0), t.stride(2))
+    return tuple(t.stride())  # type: ignore[return-value]
+
+
+def _lse_strides(lse: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
+    if varlen:  # (Hq, total_q)
+        return (0, lse.stride(0), lse.stride(1))
+    return tuple(lse.stride())  # type: ignore[return-value]
+
+
+def _mask_args(key_mask, attn_mask, fallback):
+    km = key_mask.view(torch.uint8) if key_mask is not None else fallback
+    km_strides = tuple(key_mask.stride()) if key_mask is not None else (0, 0)
+    if attn_mask is None:
+        am, am_strides = fallback, (0, 0, 0, 0)
+    else:
+        am = attn_mask.view(torch.uint8) if attn_mask.dtype == torch.bool else attn_mask
+        am_strides = tuple(attn_mask.stride())
+    return km, km_strides, am, am_strides
+
+
+def _tile_args(summary, transposed: bool, fallback: torch.Tensor) -> tuple:
+    """(full num, full idx, partial num, partial idx, 5 strides) of a block-mask summary,
+    the per-row-block lists or (transposed) the per-key-block ones; a size-1 batch or head
+    axis is read with stride 0. Without a summary: placeholders the kernel never reads."""
+    if summary is None:
+        return (fallback,) * 4 + (0,) * 5
+    if transposed:
+        tensors = (summary.q_full_num, summary.q_full_idx, summary.q_part_num, summary.q_part_idx)
+    else:
+        tensors = (summary.kv_full_num, summary.kv_full_idx, summary.kv_part_num,
+                   summary.kv_part_idx)  # fmt: skip
+    num, idx = tensors[0], tensors[1]
+
+    def axis(t, d):
+        return 0 if t.shape[d] == 1 else t.stride(d)
+
+    strides = (axis(num, 0), axis(num, 1), axis(idx, 0), axis(idx, 1), idx.stride(2))
+    return (*tensors, *strides)
+
+
+def _new_lse(q: torch.Tensor, meta: Meta) -> torch.Tensor:
+    if meta.varlen:
+        return torch.empty((meta.heads_q, q.shape[0]), device=q.device, dtype=torch.float32)
+    return torch.empty((meta.batch, meta.heads_q, meta.seq_q), device=q.device, dtype=torch.float32)
+
+
+def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None):
+    """Run the forward kernel. Returns ``(out, lse2)``; lse2 is the log2-domain LSE, fp32,
+    (B, Hq, Nq) dense or (Hq, total_q) varlen, -inf on empty rows. ``summary``: the
+    :class:`safeattn.blockmask.BlockSummary` of key_mask/attn_mask (needed iff meta.sparse)."""
+    out = _alloc_like(q)
+    lse2 = _new_lse(q, meta)
+    if out.numel() == 0:
+        return out, lse2
+    km, km_s, am, am_s = _mask_args(key_mask, attn_mask, q)
+    cu_q = cu_q if cu_q is not None else q
+    cu_k = cu_k if cu_k is not None else q
+    tiles = _tile_args(summary, False, q)
+    args = (
+        q, k, v, out, lse2, km, am, cu_q, cu_k, *tiles[:4], meta.scale * _LOG2E,
+        *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
+        *_dense_strides(v, meta.varlen), *_dense_strides(out, meta.varlen),
+        *_lse_strides(lse2, meta.varlen), *km_s, *am_s, *tiles[4:],
+        meta.heads_q, meta.heads_q // meta.heads_kv, meta.seq_q, meta.seq_k,
+        meta.window_left, meta.window_right, meta.head_dim,
+    )  # fmt: skip
+    grid = lambda c: (triton.cdiv(meta.seq_q, c.block_m), meta.batch * meta.heads_q)
+    launch._launch(
+        "forward", _attn_fwd, grid, args, meta, q.dtype, q.device, meta.seq_q, meta.seq_k
+    )
+    return out, lse2
+
+
+def backward(q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None):
+    """Run the three backward kernels. Returns ``(dq, dk, dv)`` shaped like q, k, v."""
+    dq, dk, dv = _alloc_like(q), _alloc_like(k), _alloc_like(v)
+    if meta.batch == 0 or meta.heads_q == 0:
+        return dq, dk, dv
+    if meta.seq_q == 0 or meta.seq_k == 0:
+        # Nothing attends anything: every gradient is exactly zero.
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    delta = torch.empty_like(lse2)
+    km, km_s, am, am_s = _mask_args(key_mask, attn_mask, q)
+    cu_q = cu_q if cu_q is not None else q
+    cu_k = cu_k if cu_k is not None else q
+    group = meta.heads_q // meta.heads_kv
+    dev, dt = q.device, q.dtype
+
+    pre_args = (
+        out, dout, delta, cu_q, *_dense_strides(out, meta.varlen),
+        *_dense_strides(dout, meta.varlen), *_lse_strides(delta, meta.varlen),
+        meta.heads_q, meta.seq_q, meta.head_dim,
+    )  # fmt: skip
+    pre_grid = lambda c: (triton.cdiv(meta.seq_q, c.block_m), meta.batch * meta.heads_q)
+    launch.launch_preprocess(pre_args, pre_grid, meta, dt, dev)
+
+    common = (meta.scale * _LOG2E, meta.scale)
+    tiles_t = _tile_args(summary, True, q)
+    kv_args = (
+        q, k, v, dout, lse2, delta, dk, dv, km, am, cu_q, cu_k, *tiles_t[:4], *common,
+        *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
+        *_dense_strides(v, meta.varlen), *_dense_strides(dout, meta.varlen),
+        *_dense_strides(dk, meta.varlen), *_dense_strides(dv, meta.varlen),
+        *_lse_strides(lse2, meta.varlen), *km_s, *am_s, *tiles_t[4:],
+        meta.heads_kv, group, meta.seq_q, meta.seq_k,
+        meta.window_left, meta.window_right, meta.head_dim,
+    )  # fmt: skip
+    kv_grid = lambda c: (triton.cdiv(meta.seq_k, c.block_n), meta.batch * meta.heads_kv)
+    launch._launch("bwd_dkdv", _bwd_dkdv, kv_grid, kv_args, meta, dt, dev, meta.seq_q, meta.seq_k)
+
+    tiles = _tile_args(summary, False, q)
+    q_args = (
+        q, k, v, dout, lse2, delta, dq, km, am, cu_q, cu_k, *tiles[:4], *common,
+        *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
+        *_dense_strides(v, meta.varlen), *_dense_strides(dout, meta.varlen),
+        *_dense_strides(dq, meta.varlen), *_lse_strides(lse2, meta.varlen), *km_s, *am_s,
+        *tiles[4:],
+        meta.heads_q, group, meta.seq_q, meta.seq_k,
+        meta.window_left, meta.window_right, meta.head_dim,
+    )  # fmt: skip
+    q_grid = lambda c: (triton.cdiv(meta.seq_q, c.block_m), meta.batch * meta.heads_q)
+    launch._launch("bwd_dq", _bwd_dq, q_grid, q_args, meta, dt, dev, meta.seq_q, meta.seq_k)
+    return dq, dk, dv
+
+
+def lse_natural(lse2: torch.Tensor) -> torch.Tensor:
+    """log2-domain LSE -> natural log (what ``return_lse=True`` returns)."""
+    return lse2 * _LN2

@@ -1,0 +1,76 @@
+"""What a run writes beside asv's own results: a versions sidecar per commit measured (with
+the kernel configs the GPU suites launched), and results/benchmarks.json kept a union of
+every machine's benchmarks."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+from tools.runner import log
+
+
+def merge_benchmarks_json(path: Path, before: dict | None) -> None:
+    """Put back descriptions of benchmarks this machine does not have (GPU suites after a
+    CPU-only run); asv itself rewrites the file from this machine's discovery."""
+    if before is None or not path.exists():
+        return
+    now = json.loads(path.read_text())
+    missing = {k: v for k, v in before.items() if k not in now}
+    if missing:
+        now.update(missing)
+        path.write_text(json.dumps(now, indent=4, sort_keys=True))
+        log(f"benchmarks.json: kept {len(missing)} benchmark(s) not discovered on this machine")
+
+
+def write_sidecars(
+    results: Path, machine: str, started: float, info: dict, launches: Path | None = None
+) -> list[str]:
+    """versions-<sha>.json beside every result file that this run wrote. ``launches``: the
+    folder of the ``launches-<sha>.jsonl`` files the GPU suites appended to
+    (``$SAFEATTN_BENCH_LAUNCHES``), merged into ``safeattn_launches`` (see :func:`launches_of`)."""
+    written = []
+    for path in sorted((results / machine).glob("*.json")):
+        if path.name == "machine.json" or path.name.startswith("versions-"):
+            continue
+        if path.stat().st_mtime < started:
+            continue
+        commit = json.loads(path.read_text()).get("commit_hash")
+        if not commit:
+            continue
+        out = results / machine / f"versions-{commit}.json"
+        sidecar = dict(info, machine=machine, commit=commit, result_file=path.name)
+        sidecar["recorded_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        records = launches_of(out, launches / f"launches-{commit}.jsonl" if launches else None)
+        if records:
+            sidecar["safeattn_launches"] = records
+        out.write_text(json.dumps(sidecar, indent=2, sort_keys=True) + "\n")
+        written.append(commit)
+    return written
+
+
+def launches_of(sidecar: Path, new: Path | None) -> list[dict]:
+    """A commit's ``safeattn_launches``: one ``{"suite", "params", "configs", "sources"}``
+    per safeattn combination of the GPU suites (benchmarks/_launches.record_launch), those of
+    the sidecar already written (an earlier suite, an earlier run resumed with
+    --skip-existing) updated by the lines in ``new``. The gate reads them to say which
+    config a flagged row ran with on each commit."""
+    merged: dict[str, dict] = {}
+    try:
+        old = json.loads(sidecar.read_text()).get("safeattn_launches") or []
+    except (OSError, ValueError, AttributeError):
+        old = []
+    lines = new.read_text().splitlines() if new is not None and new.exists() else []
+    for record in [*old, *map(_json_or_none, lines)]:
+        if isinstance(record, dict) and {"suite", "params", "configs"} <= set(record):
+            merged[json.dumps([record["suite"], record["params"]], sort_keys=True)] = record
+    return [merged[k] for k in sorted(merged)]
+
+
+def _json_or_none(line: str):
+    """A JSON line, or None for a torn one (a benchmark process killed mid-write)."""
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
