@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	@echo "[setup] installing torch 2.13.0 (CPU wheel unless torch is already importable with CUDA)"
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test,bench,dashboard]'
+	$(BIN)/pip install -q -e '.[service,test,bench,dashboard]'
 	touch $(STAMP)
 
 # The main job: serve the dashboard over results/ (the GPU history) at once, and benchmark

@@ -32,14 +32,16 @@ os.path.exists(h) or sys.exit('no ' + h + ': Triton could not build its launcher
 
 # pyproject.toml's core dependencies, the bench extra (asv, ...) and the build requirements
 # (asv builds each commit offline, without build isolation), plus what tools/run.py
-# checks its offline virtualenv can install (ENV_PREREQUISITES). The image's torch and
-# triton are held as constraints: pip fails rather than replacing either.
-COPY pyproject.toml docker/requirements.py tools/run.py /tmp/build/
+# checks its offline virtualenv can install (ENV_PREREQUISITES in tools/runner/invocation.py).
+# The image's torch and triton are held as constraints: pip fails rather than replacing either.
+COPY pyproject.toml docker/requirements.py /tmp/build/
+COPY tools/__init__.py /tmp/build/tools/
+COPY tools/runner/ /tmp/build/tools/runner/
 RUN python -c "import torch, triton; print(f'torch=={torch.__version__}'); print(f'triton=={triton.__version__}')" \
       > /tmp/build/constraints.txt \
  && python /tmp/build/requirements.py /tmp/build/pyproject.toml --build-system bench \
       > /tmp/build/requirements.txt \
- && PYTHONPATH=/tmp/build python -c "import run; print('\\n'.join(run.ENV_PREREQUISITES))" \
+ && PYTHONPATH=/tmp/build python -c "from tools.runner.invocation import ENV_PREREQUISITES as E; print('\\n'.join(E))" \
       >> /tmp/build/requirements.txt \
  && pip install -r /tmp/build/requirements.txt -c /tmp/build/constraints.txt \
  && rm -rf /tmp/build

@@ -26,9 +26,10 @@ RUN python -c "import torch; print(f'torch=={torch.__version__}')" > /tmp/build/
  && rm -rf /tmp/build
 
 # The source tree in the repository's layout: dashboard/app.py puts /app on sys.path and
-# imports dashboard.* and safeattn.* from here (safeattn is deliberately not pip-installed).
+# imports dashboard.*, regress.* and safeattn.* from here (none is pip-installed).
 WORKDIR /app
 COPY safeattn/ safeattn/
+COPY regress/ regress/
 COPY dashboard/ dashboard/
 COPY docker/healthcheck.py docker/healthcheck.py
 
