@@ -14,6 +14,10 @@ NOTE: excluded keys — ``ds`` is selected with ``tl.where`` on excluded pairs (
 NaN from an excluded, poisoned V), and the K operand of ``dQ += dS @ K`` has its non-finite
 entries zeroed in masked blocks: an included non-finite K already makes the row's dS
 non-finite, so nothing that should propagate is lost.
+
+Why one file over ~400 lines: the three launches share the recomputation, the empty-row and
+excluded-key conventions above and the forward's helpers, and a change to one is a change
+to all; splitting them would put one contract in three places.
 """
 
 from __future__ import annotations

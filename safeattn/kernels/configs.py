@@ -39,7 +39,7 @@ class KernelConfig:
 C = KernelConfig
 
 # Best-first lists for 2-byte dtypes, per head-dim bucket (16 and 32 share the 32 list).
-# Order from benchmarks/config_sweep.py on an H200 (bf16, N=4096, D=64 and 128, 2026-11-21):
+# Order from tools/config_sweep.py on an H200 (bf16, N=4096, D=64 and 128, 2026-11-21):
 # e.g. dK/dV at D=128 ran 2.27 ms with M64-N64-w4-s1 against 2.60 ms with M64-N64-w4-s2.
 _HALF: dict[str, dict[int, list[KernelConfig]]] = {
     "forward": {

@@ -22,6 +22,11 @@ costs a scan of every masked V tile, so a program first runs without it: a leak 
 show up as a non-finite accumulator, and only then (inputs holding NaN/Inf) does the program
 redo its rows with the guard. Finite inputs never pay for the scan; results are the same
 either way (for finite V, the guard changes nothing that reaches the product).
+
+Why one file over ~400 lines: the kernel and the ``@triton.jit`` helpers the backward imports
+from it (``_scores``, ``_key_ranges``, the tile lists, the bias tile) change together and are
+read together. The shared prologue and tile loads get a module of their own in the kernel
+rewrite (issues 11 and 13), which has to be measured on a GPU before it lands.
 """
 
 from __future__ import annotations
