@@ -1,2 +1,2 @@
-"""The Streamlit dashboard over asv results (see app.py); views.py and data.py hold its
+"""The Streamlit dashboard over asv results (see app.py); views/ and data.py hold its
 UI-free logic."""
