@@ -111,6 +111,8 @@ def _signature(fn, dtype: torch.dtype, variant: str, constexprs: dict, head_dim:
             signature[name] = "*" + _TRITON_TYPES[dtype]
         elif name in _FP32_POINTERS:
             signature[name] = "*fp32"
+        elif name == "Leaked":
+            signature[name] = "*i32"
         elif name == "KeyMask":
             signature[name] = "*u8"
         elif name == "AttnMask":
@@ -157,6 +159,9 @@ def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: in
         EVEN_D=True,
         DOT_PRECISION="ieee" if dtype == torch.float32 else "tf32",
         UPCAST_DOT=0,
+        # the dK/dV kernel's GQA loop (group = 2 above); its guarded second launch has the
+        # same tiles and is not audited apart
+        **({"GQA": True} if kernel == "bwd_dkdv" else {}),
     )
 
 

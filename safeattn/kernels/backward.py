@@ -7,8 +7,10 @@ Three launches, none of them with atomics, so gradients are deterministic by con
 - ``_bwd_dq``: one program owns a block of query rows of one query head and loops over keys.
 
 NOTE: empty rows — their saved lse2 is -inf; the backward reads it as +inf so that
-``p = exp2(s - lse2)`` is exactly 0, and in masked blocks their Q and dO rows are replaced by
-zeros so that ``0 * NaN`` from a garbage query row cannot reach dK or dV.
+``p = exp2(s - lse2)`` is exactly 0. A garbage (NaN/Inf) Q or dO row of an empty row would
+still reach dK or dV as ``0 * NaN``: the dK/dV kernel flags its programs whose results came
+out non-finite, and a second, guarded launch redoes only those with the empty rows' Q and
+dO zeroed (``_bwd_dkdv``).
 
 NOTE: excluded keys — ``ds`` is selected with ``tl.where`` on excluded pairs (dP may hold
 NaN from an excluded, poisoned V), and the K operand of ``dQ += dS @ K`` has its non-finite
@@ -149,6 +151,7 @@ def _dkdv_step(
     stride_amm,
     stride_amn,
     MASKED: tl.constexpr,
+    GUARD: tl.constexpr,
     HAS_WINDOW_LEFT: tl.constexpr,
     HAS_WINDOW_RIGHT: tl.constexpr,
     HAS_KEY_MASK: tl.constexpr,
@@ -170,11 +173,12 @@ def _dkdv_step(
         do = tl.load(do_ptrs, mask=qd_mask, other=0.0)
         lse2 = tl.load(lse_base + offs_m * stride_lm, mask=row_mask, other=float("-inf"))
         delta = tl.load(delta_base + offs_m * stride_lm, mask=row_mask, other=0.0)
-        # NOTE: empty rows (module docstring).
         live = lse2 != float("-inf")
-        q = tl.where(live[:, None], q, 0.0)
-        do = tl.where(live[:, None], do, 0.0)
         delta = tl.where(live, delta, 0.0)
+        if GUARD:
+            # NOTE: empty rows (module docstring).
+            q = tl.where(live[:, None], q, 0.0)
+            do = tl.where(live[:, None], do, 0.0)
     else:
         if EVEN_D:
             q = tl.load(q_ptrs)
@@ -219,39 +223,28 @@ def _dkdv_step(
 
 
 @triton.jit
+def _block_start(start, i, idx_ptr, LISTED: tl.constexpr, SPARSE_Q: tl.constexpr,
+                 BLOCK_M: tl.constexpr):  # fmt: skip
+    """First query row of the i-th block: ``start + i * BLOCK_M``, or (LISTED) of the i-th
+    kernel block of the tile list at ``idx_ptr`` (forward.py's ``_list_start``)."""
+    if LISTED:
+        return _list_start(idx_ptr, i, SPARSE_Q // BLOCK_M, SPARSE_Q, BLOCK_M)
+    return start + i * BLOCK_M
+
+
+@triton.jit
+def _blocks(start, end, BLOCK: tl.constexpr):
+    """How many blocks ``range(start, end, BLOCK)`` visits (0 when end <= start)."""
+    return (tl.maximum(end - start, 0) + BLOCK - 1) // BLOCK
+
+
+@triton.jit
 def _dkdv_inner(
-    dk,
-    dv,
-    k,
-    v,
-    q_base,
-    do_base,
-    lse_base,
-    delta_base,
-    km_base,
-    am_base,
-    start,
-    end,
-    idx_ptr,
-    offs_n,
-    offs_m0,
-    offs_d,
-    n_q,
-    n_k,
-    diag,
-    window_left,
-    window_right,
-    qk_scale,
-    head_dim,
-    stride_qm,
-    stride_qd,
-    stride_dom,
-    stride_dod,
-    stride_lm,
-    stride_kmn,
-    stride_amm,
-    stride_amn,
+    dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, start, count, idx_ptr,
+    offs_n, offs_m0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
+    stride_qm, stride_qd, stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn,
     MASKED: tl.constexpr,
+    GUARD: tl.constexpr,
     LISTED: tl.constexpr,
     SPARSE_Q: tl.constexpr,
     HAS_WINDOW_LEFT: tl.constexpr,
@@ -262,34 +255,97 @@ def _dkdv_inner(
     EVEN_D: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
-):
-    """Query blocks [start, end) step BLOCK_M, or (LISTED) the kernel blocks t in [start, end)
-    of the tile list at ``idx_ptr`` (forward.py's ``_list_start``)."""
-    if LISTED:
-        for t in tl.range(start, end):
-            start_m = _list_start(idx_ptr, t, SPARSE_Q // BLOCK_M, SPARSE_Q, BLOCK_M)
-            dk, dv = _dkdv_step(
-                dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, start_m,
-                offs_n, offs_m0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale,
-                head_dim, stride_qm, stride_qd, stride_dom, stride_dod, stride_lm, stride_kmn,
-                stride_amm, stride_amn, MASKED, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK,
-                MASK_KIND, EVEN_D, DOT_PRECISION, UPCAST_DOT,
-            )  # fmt: skip
+):  # fmt: skip
+    """``count`` query blocks (``_block_start``) of one query head into dK, dV."""
+    for i in tl.range(0, count):
+        dk, dv = _dkdv_step(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base,
+            _block_start(start, i, idx_ptr, LISTED, SPARSE_Q, BLOCK_M), offs_n, offs_m0,
+            offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
+            stride_qm, stride_qd, stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm,
+            stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK,
+            MASK_KIND, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+        )  # fmt: skip
+    return dk, dv
+
+
+@triton.jit
+def _dkdv_head(
+    dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base,
+    FullNum, FullIdx, PartNum, PartIdx, num_off, idx_off, n_start,
+    offs_n, offs_m0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
+    stride_qm, stride_qd, stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn,
+    GUARD: tl.constexpr,
+    SPARSE: tl.constexpr,
+    SPARSE_Q: tl.constexpr,
+    HAS_WINDOW_LEFT: tl.constexpr,
+    HAS_WINDOW_RIGHT: tl.constexpr,
+    HAS_KEY_MASK: tl.constexpr,
+    MASK_KIND: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,
+):  # fmt: skip
+    """All the query blocks of one query head that see this program's keys, into dK, dV:
+    (SPARSE) the head's transposed tile lists at ``num_off``/``idx_off``, full tiles then
+    partial ones; else the analytic ranges, masked / fully allowed / masked."""
+    if SPARSE:
+        SUB: tl.constexpr = SPARSE_Q // BLOCK_M
+        n_full = tl.load(FullNum + num_off) * SUB
+        n_part = tl.load(PartNum + num_off) * SUB
+        dk, dv = _dkdv_inner(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, 0, n_full,
+            FullIdx + idx_off, offs_n, offs_m0, offs_d, n_q, n_k, diag, window_left,
+            window_right, qk_scale, head_dim, stride_qm, stride_qd, stride_dom, stride_dod,
+            stride_lm, stride_kmn, stride_amm, stride_amn, False, GUARD, True, SPARSE_Q,
+            HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_M, EVEN_D,
+            DOT_PRECISION, UPCAST_DOT,
+        )  # fmt: skip
+        dk, dv = _dkdv_inner(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, 0, n_part,
+            PartIdx + idx_off, offs_n, offs_m0, offs_d, n_q, n_k, diag, window_left,
+            window_right, qk_scale, head_dim, stride_qm, stride_qd, stride_dom, stride_dod,
+            stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD, True, SPARSE_Q,
+            HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_M, False,
+            DOT_PRECISION, UPCAST_DOT,
+        )  # fmt: skip
     else:
-        for start_m in tl.range(start, end, BLOCK_M):
-            dk, dv = _dkdv_step(
-                dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, start_m,
-                offs_n, offs_m0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale,
-                head_dim, stride_qm, stride_qd, stride_dom, stride_dod, stride_lm, stride_kmn,
-                stride_amm, stride_amn, MASKED, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK,
-                MASK_KIND, EVEN_D, DOT_PRECISION, UPCAST_DOT,
-            )  # fmt: skip
+        lo, full_lo, full_hi, hi = _query_ranges(
+            n_start, n_q, n_k, diag, window_left, window_right,
+            BLOCK_M, BLOCK_N, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
+        )  # fmt: skip
+        dk, dv = _dkdv_inner(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, lo,
+            _blocks(lo, full_lo, BLOCK_M), FullIdx, offs_n, offs_m0, offs_d, n_q, n_k, diag,
+            window_left, window_right, qk_scale, head_dim, stride_qm, stride_qd, stride_dom,
+            stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD, False,
+            SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_M,
+            False, DOT_PRECISION, UPCAST_DOT,
+        )  # fmt: skip
+        dk, dv = _dkdv_inner(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, full_lo,
+            _blocks(full_lo, full_hi, BLOCK_M), FullIdx, offs_n, offs_m0, offs_d, n_q, n_k,
+            diag, window_left, window_right, qk_scale, head_dim, stride_qm, stride_qd,
+            stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, False, GUARD,
+            False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
+            BLOCK_M, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+        )  # fmt: skip
+        dk, dv = _dkdv_inner(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, full_hi,
+            _blocks(full_hi, hi, BLOCK_M), FullIdx, offs_n, offs_m0, offs_d, n_q, n_k, diag,
+            window_left, window_right, qk_scale, head_dim, stride_qm, stride_qd, stride_dom,
+            stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD, False,
+            SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_M,
+            False, DOT_PRECISION, UPCAST_DOT,
+        )  # fmt: skip
     return dk, dv
 
 
 @triton.jit(do_not_specialize=["seq_q", "seq_k", "window_left", "window_right"])
 def _bwd_dkdv(
-    Q, K, V, dOut, Lse2, Delta, dK, dV,
+    Q, K, V, dOut, Lse2, Delta, dK, dV, Leaked,
     KeyMask, AttnMask, CuSeqQ, CuSeqK, FullNum, FullIdx, PartNum, PartIdx,
     qk_scale, sm_scale,
     stride_qb, stride_qh, stride_qm, stride_qd,
@@ -318,11 +374,27 @@ def _bwd_dkdv(
     EVEN_D: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
+    GQA: tl.constexpr = False,
+    GUARD: tl.constexpr = False,
 ):  # fmt: skip
     """Grid: (cdiv(max Nk, BLOCK_N), B * Hkv). Writes dK, dV for BLOCK_N keys of one KV head,
-    summing over the GQA group's query heads in a fixed order."""
+    summing over the GQA group's query heads in a fixed order.
+
+    Two launches where a row can be empty (causal, a window or a mask; module docstring):
+    the first (GUARD=False) leaves the Q and dO rows of empty query rows as they are and
+    writes, per program, whether its dK or dV came out non-finite (``Leaked``, int32, one
+    per program); the second (GUARD=True) recomputes only those programs, with the rows
+    zeroed, and overwrites their dK, dV. Why not one launch: ptxas serialises every
+    tensor-core instruction of a function in which the zeroing selects sit between the
+    wgmmas of a pipelined loop (C7515, docs/perf/dkdv_h100_2026-11-25.md), and a second
+    pass in the same kernel doubled it and spilled. A program whose results overflowed with
+    no empty row is flagged too; its redo computes the same numbers, so only time is lost."""
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
+    leak_at = Leaked + pid_bh * tl.num_programs(0) + pid_n
+    if GUARD:  # noqa: SIM102 (a constexpr and a tensor test do not combine with `and`)
+        if tl.load(leak_at) == 0:
+            return
     b = pid_bh // heads_kv
     h_kv = pid_bh % heads_kv
     if IS_VARLEN:
@@ -336,7 +408,10 @@ def _bwd_dkdv(
         k_start = 0
         n_k = seq_k
     n_start = pid_n * BLOCK_N
+    MAY_EMPTY: tl.constexpr = HAS_WINDOW_LEFT or HAS_WINDOW_RIGHT or HAS_KEY_MASK or MASK_KIND != 0
     if n_start >= n_k:
+        if MAY_EMPTY and not GUARD:
+            tl.store(leak_at, 0)
         return
     diag = 0
     if BOTTOM_RIGHT:
@@ -356,74 +431,39 @@ def _bwd_dkdv(
         v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0
     )
     km_base = KeyMask + b64 * stride_kmb
-
+    q_off = q_start.to(tl.int64)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    tile_n = 0
     if SPARSE:
         tl.static_assert(SPARSE_Q % BLOCK_M == 0 and SPARSE_K % BLOCK_N == 0)
-        SUB: tl.constexpr = SPARSE_Q // BLOCK_M
         tile_n = n_start // SPARSE_K
-    else:
-        lo, full_lo, full_hi, hi = _query_ranges(
-            n_start, n_q, n_k, diag, window_left, window_right,
-            BLOCK_M, BLOCK_N, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
+    # NOTE: heads in the outer loop, all of a head's query blocks inside it: the order in which
+    # dK and dV sum (fixed, for deterministic=True, and the one the fp32 accuracy tests were
+    # set on). Without GQA (a launch constant) there is no head loop at all.
+    for g in tl.range(0, group if GQA else 1):
+        h64 = (h_kv * group + g).to(tl.int64)
+        dk, dv = _dkdv_head(
+            dk, dv, k, v,
+            Q + b64 * stride_qb + h64 * stride_qh + q_off * stride_qm,
+            dOut + b64 * stride_dob + h64 * stride_doh + q_off * stride_dom,
+            Lse2 + b64 * stride_lb + h64 * stride_lh + q_off * stride_lm,
+            Delta + b64 * stride_lb + h64 * stride_lh + q_off * stride_lm,
+            km_base, AttnMask + b64 * stride_amb + h64 * stride_amh,
+            FullNum, FullIdx, PartNum, PartIdx,
+            # the transposed tile lists of query head h: the query tiles that see this key tile
+            b64 * stride_snb + h64 * stride_snh + tile_n,
+            b64 * stride_sib + h64 * stride_sih + tile_n * stride_sir,
+            n_start, offs_n, offs_m0, offs_d, n_q, n_k, diag, window_left, window_right,
+            qk_scale, head_dim, stride_qm, stride_qd, stride_dom, stride_dod, stride_lm,
+            stride_kmn, stride_amm, stride_amn, GUARD, SPARSE, SPARSE_Q, HAS_WINDOW_LEFT,
+            HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_M, BLOCK_N, EVEN_D, DOT_PRECISION,
+            UPCAST_DOT,
         )  # fmt: skip
-    for g in range(0, group):
-        h = h_kv * group + g
-        h64 = h.to(tl.int64)
-        q_base = Q + b64 * stride_qb + h64 * stride_qh + q_start.to(tl.int64) * stride_qm
-        do_base = dOut + b64 * stride_dob + h64 * stride_doh + q_start.to(tl.int64) * stride_dom
-        lse_base = Lse2 + b64 * stride_lb + h64 * stride_lh + q_start.to(tl.int64) * stride_lm
-        delta_base = Delta + b64 * stride_lb + h64 * stride_lh + q_start.to(tl.int64) * stride_lm
-        am_base = AttnMask + b64 * stride_amb + h64 * stride_amh
-        if SPARSE:
-            # The transposed tile lists: the query tiles that see this key tile, for head h.
-            num_off = b64 * stride_snb + h64 * stride_snh + tile_n
-            idx_off = b64 * stride_sib + h64 * stride_sih + tile_n * stride_sir
-            n_full = tl.load(FullNum + num_off) * SUB
-            n_part = tl.load(PartNum + num_off) * SUB
-            dk, dv = _dkdv_inner(
-                dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base,
-                0, n_full, FullIdx + idx_off, offs_n, offs_m0, offs_d, n_q, n_k, diag,
-                window_left, window_right, qk_scale, head_dim, stride_qm, stride_qd,
-                stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn,
-                False, True, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
-                HAS_KEY_MASK, MASK_KIND, BLOCK_M, EVEN_D, DOT_PRECISION, UPCAST_DOT,
-            )  # fmt: skip
-            dk, dv = _dkdv_inner(
-                dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base,
-                0, n_part, PartIdx + idx_off, offs_n, offs_m0, offs_d, n_q, n_k, diag,
-                window_left, window_right, qk_scale, head_dim, stride_qm, stride_qd,
-                stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn,
-                True, True, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
-                HAS_KEY_MASK, MASK_KIND, BLOCK_M, False, DOT_PRECISION, UPCAST_DOT,
-            )  # fmt: skip
-        else:
-            dk, dv = _dkdv_inner(
-                dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base,
-                lo, full_lo, FullIdx, offs_n, offs_m0, offs_d, n_q, n_k, diag,
-                window_left, window_right, qk_scale, head_dim, stride_qm, stride_qd,
-                stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn,
-                True, False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
-                HAS_KEY_MASK, MASK_KIND, BLOCK_M, False, DOT_PRECISION, UPCAST_DOT,
-            )  # fmt: skip
-            dk, dv = _dkdv_inner(
-                dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base,
-                full_lo, full_hi, FullIdx, offs_n, offs_m0, offs_d, n_q, n_k, diag,
-                window_left, window_right, qk_scale, head_dim, stride_qm, stride_qd,
-                stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn,
-                False, False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
-                HAS_KEY_MASK, MASK_KIND, BLOCK_M, EVEN_D, DOT_PRECISION, UPCAST_DOT,
-            )  # fmt: skip
-            dk, dv = _dkdv_inner(
-                dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base,
-                full_hi, hi, FullIdx, offs_n, offs_m0, offs_d, n_q, n_k, diag,
-                window_left, window_right, qk_scale, head_dim, stride_qm, stride_qd,
-                stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn,
-                True, False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
-                HAS_KEY_MASK, MASK_KIND, BLOCK_M, False, DOT_PRECISION, UPCAST_DOT,
-            )  # fmt: skip
 
+    if MAY_EMPTY and not GUARD:
+        bad = (dk != dk) | (tl.abs(dk) == float("inf")) | (dv != dv) | (tl.abs(dv) == float("inf"))
+        tl.store(leak_at, tl.max(bad.to(tl.int32)))
     dk = dk * sm_scale
     dk_base = dK + b64 * stride_dkb + hkv64 * stride_dkh + k_start.to(tl.int64) * stride_dkn
     dv_base = dV + b64 * stride_dvb + hkv64 * stride_dvh + k_start.to(tl.int64) * stride_dvn

@@ -196,11 +196,13 @@ def _gpu_names(index: int) -> tuple[str, str]:
     return slug, arch_name(torch.cuda.get_device_capability(index))
 
 
-def _launch(name, fn, grid, args, meta, dtype, device, seq_q, seq_k):
-    """Choose a config for ``fn`` (see the module docstring) and launch it; returns it."""
+def _launch(name, fn, grid, args, meta, dtype, device, seq_q, seq_k, extra=None):
+    """Choose a config for ``fn`` (see the module docstring) and launch it; returns it.
+    ``extra``: constexprs of this kernel alone (the dK/dV kernel's GQA)."""
+    extra = extra or {}
     if INTERPRET or device.type != "cuda":
         cfg = configs.interpreter_config(name)
-        fn[grid(cfg)](*args, **_constexprs(meta, dtype, cfg))
+        fn[grid(cfg)](*args, **_constexprs(meta, dtype, cfg), **extra)
         return cfg
     key = configs.tune_key(name, dtype, meta.head_dim, seq_q, seq_k, meta.flags)
     gpu_names = _gpu_names(
@@ -211,12 +213,14 @@ def _launch(name, fn, grid, args, meta, dtype, device, seq_q, seq_k):
     if cfg is None:
         if capturing(device):  # asked on a miss only: the eager hot path pays nothing
             raise _untuned_in_capture(name, dtype, meta)
-        cfg, source, timings = _choose(name, fn, grid, args, meta, dtype, device, key, gpu_names)
+        cfg, source, timings = _choose(
+            name, fn, grid, args, meta, dtype, device, key, gpu_names, extra
+        )
         _CHOSEN[memo], _SOURCES[memo] = cfg, source
         if source == "tuned":
             _TIMINGS[memo] = timings
     try:
-        compiled = fn[grid(cfg)](*args, **_constexprs(meta, dtype, cfg))
+        compiled = fn[grid(cfg)](*args, **_constexprs(meta, dtype, cfg), **extra)
     except Exception as exc:
         if _failed_in_capture(device, exc):
             raise _launch_error_in_capture(name, exc) from exc
@@ -271,7 +275,7 @@ def _launch_error_in_capture(name: str, exc: Exception) -> RuntimeError:
     )
 
 
-def _choose(name, fn, grid, args, meta, dtype, device, key, gpu_names):
+def _choose(name, fn, grid, args, meta, dtype, device, key, gpu_names, extra):
     """(config, source, tuner timings) for one tune key on one GPU.
 
     Single-config mode: the first shipped candidate that fits. Otherwise the table's entry,
@@ -287,7 +291,7 @@ def _choose(name, fn, grid, args, meta, dtype, device, key, gpu_names):
     def misfit(cfg: KernelConfig) -> str | None:
         """Why ``cfg`` cannot run here (a compile failure, too much shared memory), or None."""
         try:
-            compiled = fn.warmup(*args, grid=grid(cfg), **_constexprs(meta, dtype, cfg))
+            compiled = fn.warmup(*args, grid=grid(cfg), **_constexprs(meta, dtype, cfg), **extra)
         except Exception as exc:  # a compiler crash on one candidate must not fail the call
             return str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
         shared = int(compiled.metadata.shared)
@@ -334,7 +338,11 @@ def _choose(name, fn, grid, args, meta, dtype, device, key, gpu_names):
         )
     if single:
         return fitting[0], "single", []
-    times = [_time(fn, grid, args, meta, dtype, cfg) for cfg in fitting] if len(fitting) > 1 else []
+    times = (
+        [_time(fn, grid, args, meta, dtype, cfg, extra) for cfg in fitting]
+        if len(fitting) > 1
+        else []
+    )
     best = fitting[configs.pick(times)] if times else fitting[0]  # near-ties: earlier wins
     timings = [(str(c), t) for c, t in zip(fitting, times, strict=True)]
     where = tuning.persist(gpu_names[0], text, str(best), timings)
@@ -346,9 +354,9 @@ def _choose(name, fn, grid, args, meta, dtype, device, key, gpu_names):
     return best, "tuned", timings
 
 
-def _time(fn, grid, args, meta, dtype, cfg: KernelConfig) -> float:
+def _time(fn, grid, args, meta, dtype, cfg: KernelConfig, extra: dict) -> float:
     """Median ms of one launch with ``cfg``."""
-    kw = _constexprs(meta, dtype, cfg)
+    kw = {**_constexprs(meta, dtype, cfg), **extra}
     return triton.testing.do_bench(
         lambda: fn[grid(cfg)](*args, **kw),
         warmup=5,
@@ -379,3 +387,15 @@ def launch_preprocess(args, grid, meta: Meta, dtype, device):
         raise
     if not INTERPRET and device.type == "cuda":
         _record("bwd_preprocess", cfg, compiled, "single")
+
+
+def launch_guarded_redo(fn, grid, args, meta: Meta, dtype, device, cfg: KernelConfig, extra):
+    """Second launch of the dK/dV kernel with ``GUARD=True``: the config the first launch
+    chose, no tuning of its own, not recorded in :func:`launched_kernels`. Its programs
+    return at once unless the first launch flagged them (see ``backward._bwd_dkdv``)."""
+    try:
+        fn[grid](*args, **_constexprs(meta, dtype, cfg), **extra, GUARD=True)
+    except Exception as exc:
+        if _failed_in_capture(device, exc):
+            raise _launch_error_in_capture("bwd_dkdv (guarded)", exc) from exc
+        raise

@@ -134,8 +134,19 @@ def backward(q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, meta: Me
 
     common = (meta.scale * _LOG2E, meta.scale)
     tiles_t = _tile_args(summary, True, q)
+    # A row can be empty only with causal, a window or a mask: then the dK/dV kernel flags
+    # its programs whose results leaked NaN/Inf from an empty row, and a second launch
+    # redoes them (backward._bwd_dkdv). One int32 per program of the smallest block.
+    may_empty = (meta.window_left >= 0 or meta.window_right >= 0 or meta.has_key_mask
+                 or meta.mask_kind != 0)  # fmt: skip
+    leaked = q
+    if may_empty:
+        leaked = torch.empty(
+            triton.cdiv(meta.seq_k, 16) * meta.batch * meta.heads_kv,
+            device=q.device, dtype=torch.int32,
+        )  # fmt: skip
     kv_args = (
-        q, k, v, dout, lse2, delta, dk, dv, km, am, cu_q, cu_k, *tiles_t[:4], *common,
+        q, k, v, dout, lse2, delta, dk, dv, leaked, km, am, cu_q, cu_k, *tiles_t[:4], *common,
         *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
         *_dense_strides(v, meta.varlen), *_dense_strides(dout, meta.varlen),
         *_dense_strides(dk, meta.varlen), *_dense_strides(dv, meta.varlen),
@@ -144,7 +155,12 @@ def backward(q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, meta: Me
         meta.window_left, meta.window_right, meta.head_dim,
     )  # fmt: skip
     kv_grid = lambda c: (triton.cdiv(meta.seq_k, c.block_n), meta.batch * meta.heads_kv)
-    launch._launch("bwd_dkdv", _bwd_dkdv, kv_grid, kv_args, meta, dt, dev, meta.seq_q, meta.seq_k)
+    gqa = {"GQA": group > 1}
+    cfg = launch._launch(
+        "bwd_dkdv", _bwd_dkdv, kv_grid, kv_args, meta, dt, dev, meta.seq_q, meta.seq_k, gqa
+    )
+    if may_empty:
+        launch.launch_guarded_redo(_bwd_dkdv, kv_grid(cfg), kv_args, meta, dt, dev, cfg, gqa)
 
     tiles = _tile_args(summary, False, q)
     q_args = (
