@@ -134,6 +134,24 @@ def cmd_flexwarm(d, kind):
     torch.cuda.synchronize()
 
 
+def keep_cubins(launch, tag):
+    """Write the launched dK/dV kernel's cubin and PTX under $OUT/cubins (the launch's own
+    specialisation, for sass_loop_stats.py: an offline compile can differ)."""
+    record = launch._record
+    where = os.path.join(OUT, "cubins")
+    os.makedirs(where, exist_ok=True)
+
+    def wrapped(name, cfg, compiled, source):
+        record(name, cfg, compiled, source)
+        if name == "bwd_dkdv":
+            for ext in ("cubin", "ptx"):
+                mode = "wb" if ext == "cubin" else "w"
+                with open(os.path.join(where, f"{tag}_{cfg}.{ext}"), mode) as f:
+                    f.write(compiled.asm[ext])
+
+    launch._record = wrapped
+
+
 def cmd_time(variant, d, kind, with_flex):
     d = int(d)
     setup(variant, d)
@@ -141,6 +159,7 @@ def cmd_time(variant, d, kind, with_flex):
 
     from safeattn.kernels import launch
 
+    keep_cubins(launch, f"{variant}_D{d}_{kind}")
     res = {"variant": variant, "kind": kind, "D": d}
     c = case(kind, "safeattn", d)
     fwd_bwd(c)
