@@ -36,6 +36,10 @@ from .backward import _bwd_preprocess
 from .configs import KernelConfig
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+if INTERPRET:
+    from . import interpreter_compat
+
+    interpreter_compat.apply()  # triton 3.6's interpreter with NumPy 2.x
 
 
 @dataclass(frozen=True)

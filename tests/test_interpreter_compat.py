@@ -1,0 +1,78 @@
+"""safeattn.kernels.interpreter_compat: triton 3.6's interpreter under NumPy 2.x.
+
+The CI's Triton does not need the patch; these tests give it an interpreter function with
+the old conversion (a stand-in for triton 3.6's ``_patch_lang_tensor``) and check what
+``apply`` does with it. The real thing was checked by running tests/test_kernels.py under
+triton 3.6.0 (docs/perf/triton36_interpreter_2026-11-25.log).
+"""
+
+from __future__ import annotations
+
+import inspect
+import operator
+
+import numpy as np
+import pytest
+
+from safeattn.kernels import interpreter_compat
+
+interpreter = pytest.importorskip("triton.runtime.interpreter")
+
+
+class _Scope:
+    def set_attr(self, obj, name, value):
+        setattr(obj, name, value)
+
+
+class _Handle:
+    def __init__(self, data):
+        self.data = data
+
+
+class _Tensor:
+    """What the interpreter's scalars look like: a one-element 1-D array."""
+
+    def __init__(self, value):
+        self.handle = _Handle(np.array([value], dtype=np.int32))
+
+
+def _old_patch_lang_tensor(tensor, scope):
+    scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data))
+
+
+@pytest.fixture
+def old_interpreter(monkeypatch):
+    monkeypatch.setattr(interpreter, "_patch_lang_tensor", _old_patch_lang_tensor)
+    return interpreter
+
+
+def _numpy_refuses() -> bool:
+    try:
+        int(np.array([1]))
+    except TypeError:
+        return True
+    return False
+
+
+@pytest.mark.skipif(not _numpy_refuses(), reason="this NumPy converts 1-element arrays")
+def test_old_interpreter_is_patched_once(old_interpreter):
+    tensor = type("T", (_Tensor,), {})
+    _old_patch_lang_tensor(tensor, _Scope())
+    with pytest.raises(TypeError, match="0-dimensional"):
+        operator.index(tensor(7))  # the failure, as triton 3.6 hits it in tl.range
+    assert interpreter_compat.needed()
+    assert interpreter_compat.apply()
+    old_interpreter._patch_lang_tensor(tensor, _Scope())
+    assert operator.index(tensor(7)) == 7
+    assert list(range(tensor(2), tensor(5))) == [2, 3, 4]
+    assert not interpreter_compat.needed() and not interpreter_compat.apply(), "patched twice"
+
+
+def test_current_interpreter_is_left_alone():
+    """The installed Triton's own interpreter: patched only if it has the old conversion."""
+    before = interpreter._patch_lang_tensor
+    has_old = "int(self.handle.data))" in inspect.getsource(before)
+    if getattr(before, "safeattn_squeezes", False):
+        assert not interpreter_compat.needed()  # TRITON_INTERPRET=1 applied it at import
+    else:
+        assert interpreter_compat.needed() == (has_old and _numpy_refuses())
