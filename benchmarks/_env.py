@@ -118,12 +118,17 @@ def require_cuda() -> None:
 def use_interpreter() -> None:
     """Run safeattn's Triton kernels under Triton's interpreter in this process.
 
-    Must happen before safeattn is imported (Triton chooses interpreter or compiler when a
-    kernel is decorated). The CPU suites call it first thing in setup_cache.
+    Must happen before safeattn or triton is imported (Triton chooses interpreter or
+    compiler when a kernel is decorated, and reads the setting when it is imported: with
+    triton imported first, every interpreted call failed with "Cannot call @triton.jit'd
+    outside of the scope of a kernel"). The CPU suites call it first thing in setup_cache.
     """
-    if "safeattn" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
-        raise RuntimeError(
-            "benchmarks: safeattn was imported before TRITON_INTERPRET=1 was set, so its "
-            "kernels are compiled for a GPU, not interpreted; a CPU suite cannot run here."
-        )
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        for name in ("safeattn", "triton"):
+            if name in sys.modules:
+                raise RuntimeError(
+                    f"benchmarks: {name} was imported before TRITON_INTERPRET=1 was set, so "
+                    "safeattn's kernels are compiled for a GPU, not interpreted; a CPU suite "
+                    "cannot run here."
+                )
     os.environ["TRITON_INTERPRET"] = "1"

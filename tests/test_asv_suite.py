@@ -7,6 +7,7 @@ import importlib.util
 import itertools
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -696,3 +697,22 @@ def test_grids_measure_only_the_selected_combinations(monkeypatch):
     measured.clear()
     grid.measure_grid("t", combos, lambda *c: measured.append(c) or 1.0, str)
     assert measured == combos
+
+
+@pytest.mark.parametrize("first", ["triton", "safeattn"])
+def test_the_interpreter_is_refused_after_an_early_import(first):
+    """A CPU suite in a process that imported triton or safeattn before TRITON_INTERPRET=1
+    would measure nothing (every safeattn row "not measured"): it must say why instead."""
+    code = (
+        f"import {first}\n"
+        "from benchmarks._env import use_interpreter\n"
+        "try:\n"
+        "    use_interpreter()\n"
+        "except RuntimeError as exc:\n"
+        "    print('refused:', exc)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
+                         text=True)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"refused: benchmarks: {first} was imported before TRITON_INTERPRET=1" in res.stdout
