@@ -125,6 +125,13 @@ class Meta:
         return self.sparse_q > 0
 
     @property
+    def may_have_empty_rows(self) -> bool:
+        """Causal, a window or a mask: some query row may attend to no key. The same test
+        as the dK/dV kernel's ``MAY_EMPTY`` on the constexprs :func:`_constexprs` passes."""
+        return (self.window_left >= 0 or self.window_right >= 0 or self.has_key_mask
+                or self.mask_kind != 0)  # fmt: skip
+
+    @property
     def flags(self) -> tuple[tuple[str, int], ...]:
         """What a config choice depends on besides kernel, dtype and sizes: the kernels'
         feature specialisations, and ``deterministic`` (single-config mode). Named, so that
@@ -223,14 +230,20 @@ def _launch(name, fn, grid, args, meta, dtype, device, seq_q, seq_k, extra=None)
         _CHOSEN[memo], _SOURCES[memo] = cfg, source
         if source == "tuned":
             _TIMINGS[memo] = timings
+    compiled = _run(name, device, fn, grid(cfg), args, {**_constexprs(meta, dtype, cfg), **extra})
+    _record(name, cfg, compiled, _SOURCES[memo])
+    return cfg
+
+
+def _run(name: str, device: torch.device, fn, grid, args, kwargs: dict):
+    """``fn[grid](*args, **kwargs)``; a failure caused by a CUDA graph capture is re-raised
+    as :func:`_launch_error_in_capture` names it. Returns the compiled kernel."""
     try:
-        compiled = fn[grid(cfg)](*args, **_constexprs(meta, dtype, cfg), **extra)
+        return fn[grid](*args, **kwargs)
     except Exception as exc:
         if _failed_in_capture(device, exc):
             raise _launch_error_in_capture(name, exc) from exc
         raise
-    _record(name, cfg, compiled, _SOURCES[memo])
-    return cfg
 
 
 def _describe_problem(dtype, meta: Meta) -> str:
@@ -376,19 +389,14 @@ def launch_preprocess(args, grid, meta: Meta, dtype, device):
         cfg = configs.interpreter_config("bwd_preprocess")
     else:
         cfg = configs.candidates("bwd_preprocess", configs.block_d(meta.head_dim), dtype)[0]
-    try:
-        compiled = _bwd_preprocess[grid(cfg)](
-            *args,
-            IS_VARLEN=meta.varlen,
-            BLOCK_M=cfg.block_m,
-            BLOCK_D=configs.block_d(meta.head_dim),
-            num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages,
-        )
-    except Exception as exc:
-        if _failed_in_capture(device, exc):
-            raise _launch_error_in_capture("bwd_preprocess", exc) from exc
-        raise
+    kwargs = dict(
+        IS_VARLEN=meta.varlen,
+        BLOCK_M=cfg.block_m,
+        BLOCK_D=configs.block_d(meta.head_dim),
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    compiled = _run("bwd_preprocess", device, _bwd_preprocess, grid(cfg), args, kwargs)
     if not INTERPRET and device.type == "cuda":
         _record("bwd_preprocess", cfg, compiled, "single")
 
@@ -397,9 +405,5 @@ def launch_guarded_redo(fn, grid, args, meta: Meta, dtype, device, cfg: KernelCo
     """Second launch of the dK/dV kernel with ``GUARD=True``: the config the first launch
     chose, no tuning of its own, not recorded in :func:`launched_kernels`. Its programs
     return at once unless the first launch flagged them (see ``backward._bwd_dkdv``)."""
-    try:
-        fn[grid](*args, **_constexprs(meta, dtype, cfg), **extra, GUARD=True)
-    except Exception as exc:
-        if _failed_in_capture(device, exc):
-            raise _launch_error_in_capture("bwd_dkdv (guarded)", exc) from exc
-        raise
+    kwargs = {**_constexprs(meta, dtype, cfg), **extra, "GUARD": True}
+    _run("bwd_dkdv (guarded)", device, fn, grid, args, kwargs)

@@ -134,11 +134,10 @@ def backward(q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, meta: Me
 
     common = (meta.scale * _LOG2E, meta.scale)
     tiles_t = _tile_args(summary, True, q)
-    # A row can be empty only with causal, a window or a mask: then the dK/dV kernel flags
-    # its programs whose results leaked NaN/Inf from an empty row, and a second launch
-    # redoes them (backward._bwd_dkdv). One int32 per program of the smallest block.
-    may_empty = (meta.window_left >= 0 or meta.window_right >= 0 or meta.has_key_mask
-                 or meta.mask_kind != 0)  # fmt: skip
+    # Where a row can be empty, the dK/dV kernel flags its programs whose results leaked
+    # NaN/Inf from an empty row, and a second launch redoes them (backward._bwd_dkdv).
+    # One int32 per program of the smallest block.
+    may_empty = meta.may_have_empty_rows
     leaked = q
     if may_empty:
         leaked = torch.empty(
