@@ -456,3 +456,32 @@ def test_run_py_keeps_the_launched_configs_in_the_commits_sidecar(tmp_path):
     assert json.loads(sidecar.read_text())["safeattn_launches"] == [
         record("bool_mask", "C"), record("varlen_docs", "B")
     ]  # fmt: skip
+
+
+COMMITTED = sorted(tuning.TABLE_DIR.glob("*.json"))
+
+
+def test_every_gpu_in_the_results_history_has_a_committed_table():
+    """results/ names the GPUs the project measures; a GPU without a table would launch
+    whatever its process's timings chose, and the gate could not tell that from a change."""
+    gpus = {p.name for p in (REPO / "results").iterdir() if p.is_dir()}
+    assert gpus and gpus <= {p.stem for p in COMMITTED}
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.stem)
+def test_a_committed_table_is_the_sweeps_format_and_names_shipped_configs(path):
+    """A hand edit or a bad merge shows here, not as a 'not a candidate' warning and a
+    re-tune on the GPU: the file is dumps()'s own text, and each key's config is one the
+    launcher ships for that kernel, dtype, head-dim tile and mask variant, timed by the sweep."""
+    text = path.read_text()
+    data = json.loads(text)
+    assert data["gpu"] == path.stem
+    assert text == tuning.dumps(data["gpu"], data["entries"], data["about"])
+    for key, entry in data["entries"].items():
+        kernel, dtype, head_dim_block, _q, _k, *flags = key.split()
+        sparse = dict(flag.split("=") for flag in flags)["sparse"] == "1"
+        shipped = configs.candidates(
+            kernel, int(head_dim_block.removeprefix("d")), getattr(torch, dtype), masked=sparse
+        )
+        assert entry["config"] in {str(c) for c in shipped}, key
+        assert entry["config"] in entry["times_ms"], key
