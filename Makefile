@@ -25,7 +25,8 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 # Kernels run under Triton's interpreter on a CPU-only machine; two pytest-xdist workers
-# (CI has two cores), each test file whole in one worker (its module fixtures built once).
+# (CI has two cores), each test file whole in one worker (its module fixtures built once),
+# in collection order: tests/conftest.py puts the longest files first.
 test: $(STAMP)
 	$(BIN)/ruff check .
-	TRITON_INTERPRET=1 $(BIN)/pytest -q -n 2 --dist loadfile --durations=25
+	TRITON_INTERPRET=1 $(BIN)/pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25

@@ -28,7 +28,20 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("SAFEATTN_TUNING_CACHE", "0")
 
 
+# Files whose few tests run real asv or `make demo` (minutes each on CI's two cores),
+# longest first: `make test` runs them first (`--no-loadscope-reorder` keeps this order),
+# so the other worker takes the many short files meanwhile. xdist's default order (most
+# tests first) started them last, and one worker ran alone for minutes at the end.
+LONG_FILES = ("test_gate_e2e.py", "test_demo.py", "test_dashboard_app.py", "test_results.py",
+              "test_asv_suite.py")  # fmt: skip
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return LONG_FILES.index(name) if name in LONG_FILES else len(LONG_FILES)
+
+    items.sort(key=rank)  # stable: each file's own order, and every other file's, is kept
     gpu = config.getoption("--gpu")
     slow = config.getoption("--runslow") or os.environ.get("CI") == "true"
     for item in items:
