@@ -146,10 +146,10 @@ def test_masked_suites_have_the_params_and_versions_issue_11_fixes(monkeypatch):
         [64, 128],
         ["key_padding_causal", "sliding_window", "varlen_docs", "bool_mask"],
     )
-    assert masked.version == "masked-speed-1"
+    assert masked.version == "masked-speed-2"
     assert model.param_names == ("impl", "seq_len", "padding")
     assert model.params == (["safeattn", "sdpa", "flex"], [2048, 4096], ["none", "left"])
-    assert model.version == "model-step-1"
+    assert model.version == "model-step-2"
     for suite, metrics in [(masked, ("forward_ms", "backward_ms", "fwd_bwd_ms")),
                            (model, ("step_ms", "peak_bytes"))]:
         tracked = sorted(n.removeprefix("track_") for n in vars(suite) if n.startswith("track_"))
