@@ -19,7 +19,8 @@
 #   SAFEATTN_WHEELS=DIR             asv's wheels (default .whl), installed with --target
 #                                   when asv is not importable (no network needed)
 #   SAFEATTN_PREWARM=0              skip the parallel compile warm-up (tools/prewarm.py)
-#                                   that runs once before the first commit
+#                                   that runs once before the first commit; it compiles
+#                                   what the chosen --suite's use (all for a --bench)
 #
 # Needs a git checkout. The device machine's copy of the repository has no .git: bundle the
 # repository here and clone the bundle there (the bundle has no HEAD, hence -b main):
@@ -71,10 +72,23 @@ if ! python3 -c "import asv, asv_runner, virtualenv, tabulate" 2>/dev/null; then
 fi
 
 # The GPU suites unless the caller chose (run.py refuses --suite together with --bench).
+# The prewarm compiles what the chosen suites use (all of it for a --bench selection).
 select=(--suite gpu)
+warm=()
+prev=""
 for arg in "$@"; do
   case "${arg}" in
-    -s | --suite | --suite=* | -b | --bench | --bench=*) select=() ;;
+    -s | --suite | -b | --bench | --bench=*) select=() ;;
+    --suite=*) select=(); warm+=(--suite "${arg#--suite=}") ;;
+  esac
+  case "${prev}" in
+    -s | --suite) warm+=(--suite "${arg}") ;;
+  esac
+  prev="${arg}"
+done
+for arg in "$@"; do
+  case "${arg}" in
+    -b | --bench | --bench=*) warm=() ;;
   esac
 done
 mirror=()
@@ -86,7 +100,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
 # Once for all commits (run.py would warm per call): the caches serve every commit whose
 # kernels are the working tree's.
 if [ "${SAFEATTN_PREWARM:-1}" != "0" ]; then
-  python3 -m tools.prewarm || true
+  python3 -m tools.prewarm "${warm[@]}" || true
 fi
 budget="${SAFEATTN_HISTORY_BUDGET_S:-0}"
 start=$(date +%s)

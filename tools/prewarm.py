@@ -1,6 +1,6 @@
 """Warm the on-disk compile caches for the GPU suites, in parallel worker processes.
 
-    python -m tools.prewarm [--workers N]     # from the repository root
+    python -m tools.prewarm [--workers N] [--suite SUITE ...]   # from the repository root
 
 Why: on a fresh GPU machine most of a commit's GPU suites is compiling, one kernel at a
 time in one process: safeattn's Triton kernels (every autotuning candidate of every
@@ -43,6 +43,35 @@ import time
 _WORKER_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1", "SAFEATTN_TUNING_CACHE": "0"}
 
 COMPILING_IMPLS = ("safeattn", "flex")
+
+# The task kinds whose compiles each GPU suite reuses (tools/runner/suites.py names the
+# suites). MemorySuite runs SpeedSuite's grid; LiveResourcesSuite compiles a few safeattn
+# kernels of its own in seconds, which no task kind here covers.
+KINDS_OF_SUITE: dict[str, tuple[str, ...]] = {
+    "LiveResourcesSuite": (),
+    "SpeedSuite": ("speed",),
+    "MemorySuite": ("speed",),
+    "NumericsSuite": ("numerics",),
+    "ModelStepSuite": ("model",),
+    "MaskedSpeedSuite": ("masked",),
+}
+
+
+def kinds_for(suites: list[str]) -> tuple[str, ...] | None:
+    """The task kinds to warm for these suite or group names (``--suite`` of tools/run.py);
+    None (every kind) when no suite is named. Suites that compile nothing here (the CPU
+    ones, LiveResourcesSuite) add no kind."""
+    if not suites:
+        return None
+    from tools.runner.suites import GROUPS, SUITES
+
+    chosen: list[str] = []
+    for name in suites:
+        if name not in SUITES and name not in GROUPS:
+            raise ValueError(f"unknown suite {name!r}: one of {', '.join([*SUITES, *GROUPS])}")
+        for suite in GROUPS.get(name, (name,)):
+            chosen += [k for k in KINDS_OF_SUITE.get(suite, ()) if k not in chosen]
+    return tuple(chosen)
 
 
 def tasks() -> list[tuple]:
@@ -184,10 +213,25 @@ def main(argv: list[str] | None = None) -> int:
         default=min(12, os.cpu_count() or 1),
         help="processes compiling at once (default: min(12, CPU count))",
     )
+    parser.add_argument(
+        "--suite",
+        action="append",
+        default=[],
+        metavar="SUITE",
+        help="warm only what this suite or group compiles (repeatable; tools/run.py's "
+        "--suite names); default: every GPU suite",
+    )
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error("--workers must be at least 1")
-    run(args.workers)
+    try:
+        kinds = kinds_for(args.suite)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if kinds == ():
+        print(f"[prewarm] {', '.join(args.suite)}: nothing to compile ahead", flush=True)
+        return 0
+    run(args.workers, kinds)
     return 0  # a cache warm-up never fails a run: the suites report real errors
 
 

@@ -222,7 +222,7 @@ def _run(args: argparse.Namespace, started: float, status: Status) -> int:
         gpu_suites = [name for name, _ in selections if name in GROUPS["gpu"]]
         if gpu_suites and not args.no_prewarm and not args.quick:
             status.update(step="prewarm: compiling the GPU suites' kernels")
-            prewarm(env)
+            prewarm(env, gpu_suites)
         status.update(commits=len(targets))
 
         for i, sha in enumerate(targets, 1):
@@ -292,12 +292,14 @@ def _run(args: argparse.Namespace, started: float, status: Status) -> int:
     return 1 if failed else 0
 
 
-def prewarm(env: dict) -> None:
-    """Compile the GPU suites' kernels in parallel processes first (tools/prewarm.py):
-    the suites then find them in Triton's and Inductor's disk caches."""
+def prewarm(env: dict, suites: list[str]) -> None:
+    """Compile the kernels of the selected GPU ``suites`` in parallel processes first
+    (tools/prewarm.py): the suites then find them in Triton's and Inductor's disk caches."""
     start = time.time()
     log("prewarm: compiling the GPU suites' kernels in parallel (--no-prewarm skips this)")
-    code = subprocess.run([sys.executable, "-m", "tools.prewarm"], cwd=REPO, env=env).returncode
+    selected = [arg for suite in suites for arg in ("--suite", suite)]
+    cmd = [sys.executable, "-m", "tools.prewarm", *selected]
+    code = subprocess.run(cmd, cwd=REPO, env=env).returncode
     log(f"prewarm: {time.time() - start:.0f} s" + (f" (exit status {code})" if code else ""))
 
 
