@@ -614,6 +614,33 @@ def test_benchmarks_json_keeps_what_this_machine_did_not_discover(tmp_path):
     assert "speed.InterpreterSpeedSuite.track_forward_ms" in merged
 
 
+def test_asv_writes_into_a_staging_copy_and_results_keep_every_description(tmp_path):
+    """While asv runs, results/benchmarks.json keeps the GPU suites' descriptions (a
+    dashboard reads results/ during make demo); what asv wrote arrives when published."""
+    results, staging = tmp_path / "results", tmp_path / "staging"
+    (results / "cpu-x").mkdir(parents=True)
+    described = {"speed.SpeedSuite.track_forward_ms": {"unit": "ms"},
+                 "speed.InterpreterSpeedSuite.track_forward_ms": {"unit": "old"}}  # fmt: skip
+    (results / "benchmarks.json").write_text(json.dumps(described))
+    (results / "cpu-x" / "machine.json").write_text('{"machine": "cpu-x"}')
+    run_results.stage(results, staging, "cpu-x")
+    assert (staging / "cpu-x" / "machine.json").read_text() == '{"machine": "cpu-x"}'
+    # asv: a fresh discovery (no GPU suite on a CPU machine) and a result file.
+    (staging / "benchmarks.json").write_text(
+        json.dumps({"speed.InterpreterSpeedSuite.track_forward_ms": {"unit": "ms"}})
+    )
+    (staging / "cpu-x" / "abc12345-env.json").write_text('{"commit_hash": "abc"}')
+    assert json.loads((results / "benchmarks.json").read_text()) == described
+    assert not (results / "cpu-x" / "abc12345-env.json").exists()
+    assert run_results.publish(staging, results, "cpu-x") == ["abc12345-env.json"]
+    merged = json.loads((results / "benchmarks.json").read_text())
+    assert merged["speed.SpeedSuite.track_forward_ms"] == {"unit": "ms"}
+    assert merged["speed.InterpreterSpeedSuite.track_forward_ms"] == {"unit": "ms"}
+    assert (results / "cpu-x" / "abc12345-env.json").read_text() == '{"commit_hash": "abc"}'
+    assert run_results.publish(staging, results, "cpu-x") == []  # nothing new: nothing copied
+    assert not list(results.rglob("*.tmp"))
+
+
 def test_the_venv_layout_carries_every_file_the_suite_loads_by_path():
     # _truth._load_truth reads these from the suite's checkout; a clone at HEAD with the
     # working tree's benchmarks/ but an older package would lack a new one.

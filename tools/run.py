@@ -102,7 +102,7 @@ from tools.runner.invocation import (
     write_config,
 )
 from tools.runner.machine import machine_name, versions
-from tools.runner.results import merge_benchmarks_json, write_sidecars
+from tools.runner.results import merge_benchmarks_json, publish, stage, write_sidecars
 from tools.runner.status import STATUS_ENV, Status
 from tools.runner.suites import GROUPS, SUITES, expand_suites, measured_suites, suite_regex
 
@@ -198,7 +198,11 @@ def _run(args: argparse.Namespace, started: float, status: Status) -> int:
     timings: list[tuple[str, str, str]] = []  # (commit, selection, outcome)
     failed = False
     with tempfile.TemporaryDirectory(prefix="safeattn-asv-") as tmp:
-        config = write_config(results, Path(tmp))
+        # asv writes into a staging copy; results/ gets each suite's files when it ends
+        # (tools.runner.results.stage says why).
+        staging = Path(tmp) / "results"
+        stage(results, staging, machine)
+        config = write_config(staging, Path(tmp))
         env[PROGRESS_ENV] = str(Path(tmp) / "progress.log")
         env.pop(STATUS_ENV, None)  # the status file is this script's alone
         status.update(step="registering the machine with asv")
@@ -272,6 +276,7 @@ def _run(args: argparse.Namespace, started: float, status: Status) -> int:
                     timings.append((sha, name, outcome))
                     log(f"{name} on {sha[:8]}: {outcome}")
                     status.update(done=status.data["done"] + 1)
+                    publish(staging, results, machine)
                     write_sidecars(results, machine, started, info, Path(tmp))
                     if args.mirror:
                         shutil.copytree(results, args.mirror / results.name, dirs_exist_ok=True)
@@ -280,6 +285,7 @@ def _run(args: argparse.Namespace, started: float, status: Status) -> int:
             finally:
                 if tree is not None:
                     git("worktree", "remove", "--force", str(tree))
+        publish(staging, results, machine)  # machine.json of a run that measured nothing
 
     merge_benchmarks_json(bench_json, before)
     done = write_sidecars(results, machine, started, info)

@@ -6,9 +6,51 @@ from __future__ import annotations
 
 import datetime
 import json
+import shutil
 from pathlib import Path
 
 from tools.runner import log
+
+
+def stage(results: Path, staging: Path, machine: str) -> None:
+    """Give asv a private copy to write into: ``results``' benchmarks.json and this machine's
+    files under ``staging``. asv rewrites ``benchmarks.json`` from what this machine
+    discovers as soon as it starts (a CPU machine discovers no GPU suite), so writing into
+    ``results`` directly left a dashboard reading it during the run (``make demo``) without
+    the GPU suites' descriptions until the run ended. :func:`publish` copies back."""
+    (staging / machine).mkdir(parents=True, exist_ok=True)
+    if (results / "benchmarks.json").exists():
+        shutil.copy2(results / "benchmarks.json", staging / "benchmarks.json")
+    for path in (results / machine).glob("*.json") if (results / machine).is_dir() else ():
+        shutil.copy2(path, staging / machine / path.name)
+
+
+def publish(staging: Path, results: Path, machine: str) -> list[str]:
+    """Copy what asv wrote under ``staging`` (see :func:`stage`) into ``results``: this
+    machine's new or changed files, each replaced in one rename, and ``benchmarks.json``
+    as the union of both (this machine's discovery wins for the benchmarks it has).
+    Returns the names of the files copied."""
+    (results / machine).mkdir(parents=True, exist_ok=True)
+    copied = []
+    for path in sorted((staging / machine).glob("*.json")):
+        target = results / machine / path.name
+        if target.exists() and target.read_bytes() == path.read_bytes():
+            continue
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.copy2(path, tmp)
+        tmp.replace(target)
+        copied.append(path.name)
+    discovered = staging / "benchmarks.json"
+    if discovered.exists():
+        now = json.loads(discovered.read_text())
+        bench_json = results / "benchmarks.json"
+        before = json.loads(bench_json.read_text()) if bench_json.exists() else {}
+        union = {**before, **now}
+        if union != before:
+            tmp = bench_json.with_name("benchmarks.json.tmp")
+            tmp.write_text(json.dumps(union, indent=4, sort_keys=True))
+            tmp.replace(bench_json)
+    return copied
 
 
 def merge_benchmarks_json(path: Path, before: dict | None) -> None:
