@@ -62,7 +62,9 @@ What it does, in order (each step prints a ``[run]`` line; asv prints its own pr
    and the kernel configs each safeattn combination of the GPU suites launched
    (``runner.results.launches_of``).
 4. Keeps ``results/benchmarks.json`` (which asv rewrites from what this machine discovers)
-   a union: GPU suites measured elsewhere stay described after a CPU-only run.
+   a union: GPU suites measured elsewhere stay described after a CPU-only run, and during
+   it: asv writes into a staging copy, and each suite's files reach ``results/`` when it
+   ends (``runner.results.stage`` / ``publish``).
 
 5. With ``--status FILE`` (or ``SAFEATTN_BENCH_STATUS=FILE``), keeps a small JSON file of
    where the run is (``runner.status.Status``: commit, suite, last progress line, elapsed, done):
