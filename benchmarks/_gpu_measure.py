@@ -34,8 +34,9 @@ def lead_ms(issue_ms: list[float]) -> float:
     """The GPU sleep (ms) to enqueue before each timed call, given the host's issue times of
     the warm-up calls: long enough that the host has enqueued the whole call before the GPU
     reaches the start event. The median, so a first call that compiled does not count."""
-    ordered = sorted(issue_ms)
-    median = ordered[len(ordered) // 2] if ordered else 0.0
+    import statistics
+
+    median = statistics.median(issue_ms) if issue_ms else 0.0
     return min(LEAD_CAP_MS, LEAD_FACTOR * median + LEAD_FLOOR_MS)
 
 

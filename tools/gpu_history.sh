@@ -76,9 +76,11 @@ fi
 select=(--suite gpu)
 warm=()
 prev=""
+bench=""
 for arg in "$@"; do
   case "${arg}" in
-    -s | --suite | -b | --bench | --bench=*) select=() ;;
+    -s | --suite) select=() ;;
+    -b | --bench | --bench=*) select=(); bench=1 ;;
     --suite=*) select=(); warm+=(--suite "${arg#--suite=}") ;;
   esac
   case "${prev}" in
@@ -86,11 +88,7 @@ for arg in "$@"; do
   esac
   prev="${arg}"
 done
-for arg in "$@"; do
-  case "${arg}" in
-    -b | --bench | --bench=*) warm=() ;;
-  esac
-done
+[ -z "${bench}" ] || warm=()
 mirror=()
 if [ -n "${SAFEATTN_RESULTS_MIRROR:-}" ]; then
   mirror=(--mirror "${SAFEATTN_RESULTS_MIRROR}")

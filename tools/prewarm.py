@@ -63,14 +63,14 @@ def kinds_for(suites: list[str]) -> tuple[str, ...] | None:
     ones, LiveResourcesSuite) add no kind."""
     if not suites:
         return None
-    from tools.runner.suites import GROUPS, SUITES
+    from tools.runner.suites import GROUPS, SUITES, expand_suites
 
+    unknown = [name for name in suites if name not in SUITES and name not in GROUPS]
+    if unknown:
+        raise ValueError(f"unknown suite {unknown[0]!r}: one of {', '.join([*SUITES, *GROUPS])}")
     chosen: list[str] = []
-    for name in suites:
-        if name not in SUITES and name not in GROUPS:
-            raise ValueError(f"unknown suite {name!r}: one of {', '.join([*SUITES, *GROUPS])}")
-        for suite in GROUPS.get(name, (name,)):
-            chosen += [k for k in KINDS_OF_SUITE.get(suite, ()) if k not in chosen]
+    for suite in expand_suites(suites, gpu=True):
+        chosen += [k for k in KINDS_OF_SUITE.get(suite, ()) if k not in chosen]
     return tuple(chosen)
 
 

@@ -79,7 +79,6 @@ What a commit's suites cost on a GPU: benchmarks/speed.py's module docstring ("C
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -104,7 +103,7 @@ from tools.runner.invocation import (
     write_config,
 )
 from tools.runner.machine import machine_name, versions
-from tools.runner.results import merge_benchmarks_json, publish, stage, write_sidecars
+from tools.runner.results import publish, stage, write_sidecars
 from tools.runner.status import STATUS_ENV, Status
 from tools.runner.suites import GROUPS, SUITES, expand_suites, measured_suites, suite_regex
 
@@ -184,8 +183,6 @@ def _run(args: argparse.Namespace, started: float, status: Status) -> int:
     status.update(machine=machine, suites=[name for name, _ in selections])
     results = args.results.resolve()
     results.mkdir(parents=True, exist_ok=True)
-    bench_json = results / "benchmarks.json"
-    before = json.loads(bench_json.read_text()) if bench_json.exists() else None
 
     env = dict(os.environ, PIP_NO_INDEX="1", PYTHONUNBUFFERED="1")
     env.pop(QUICK_ENV, None)
@@ -289,7 +286,6 @@ def _run(args: argparse.Namespace, started: float, status: Status) -> int:
                     git("worktree", "remove", "--force", str(tree))
         publish(staging, results, machine)  # machine.json of a run that measured nothing
 
-    merge_benchmarks_json(bench_json, before)
     done = write_sidecars(results, machine, started, info)
     if args.mirror:
         shutil.copytree(results, args.mirror / results.name, dirs_exist_ok=True)

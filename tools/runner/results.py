@@ -41,15 +41,13 @@ def publish(staging: Path, results: Path, machine: str) -> list[str]:
         tmp.replace(target)
         copied.append(path.name)
     discovered = staging / "benchmarks.json"
+    bench_json = results / "benchmarks.json"
     if discovered.exists():
-        now = json.loads(discovered.read_text())
-        bench_json = results / "benchmarks.json"
-        before = json.loads(bench_json.read_text()) if bench_json.exists() else {}
-        union = {**before, **now}
-        if union != before:
-            tmp = bench_json.with_name("benchmarks.json.tmp")
-            tmp.write_text(json.dumps(union, indent=4, sort_keys=True))
-            tmp.replace(bench_json)
+        before = json.loads(bench_json.read_text()) if bench_json.exists() else None
+        tmp = bench_json.with_name("benchmarks.json.tmp")
+        shutil.copy2(discovered, tmp)
+        merge_benchmarks_json(tmp, before)
+        tmp.replace(bench_json)
     return copied
 
 
