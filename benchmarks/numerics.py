@@ -14,8 +14,9 @@ quick mode); each trial runs forward and backward and is judged by
 ``safeattn.contract.check``. Peers get the exact
 allowed-pairs mask of each case through ``contract.mask_adapter``: SDPA as a dense
 ``attn_mask`` (``None`` when every pair is allowed), FlexAttention as a compiled block
-mask / score bias. A peer that refuses a case (SDPA flash takes no mask at all) makes that
-(family, impl, dtype) NaN, with the error as the reason; a family that crashes an
+mask / score bias, and the ``softcap`` family's cap as a ``score_mod`` (SDPA has no
+soft-capping: NaN there). A peer that refuses a case (SDPA flash takes no mask at all) makes
+that (family, impl, dtype) NaN, with the error as the reason; a family that crashes an
 implementation outright is recorded the same way.
 
 Family names are fixed here, not read from ``safeattn.families.FAMILIES``: asv benchmarks
@@ -42,6 +43,7 @@ FAMILIES = [
     "gqa_ragged",
     "varlen_empty_seqs",
     "extreme_grad_out",
+    "softcap",
 ]
 DTYPES = ["float16", "bfloat16"]
 GPU_IMPLS = [metrics.OWN_IMPL, *metrics.PEERS]
@@ -77,8 +79,13 @@ def _impl(name: str):
 
         flex = compiled_flex(dynamic=True)
 
-        def call_flex(q, k, v, mask, scale):
+        def call_flex(q, k, v, mask, scale, softcap=0.0):
             batch, heads, n_q, n_k = mask.shape
+
+            def cap(score):
+                # FlexAttention's soft-capping recipe: a score_mod, before any bias.
+                return softcap * torch.tanh(score / softcap) if softcap else score
+
             if mask.dtype == torch.bool:
                 block_mask = create_block_mask(
                     lambda b, h, qi, ki: mask[b, h, qi, ki],
@@ -88,13 +95,20 @@ def _impl(name: str):
                     n_k,
                     device=q.device,
                 )
+                capped = (lambda score, b, h, qi, ki: cap(score)) if softcap else None
                 return flex(
-                    q, k, v, block_mask=block_mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
+                    q,
+                    k,
+                    v,
+                    score_mod=capped,
+                    block_mask=block_mask,
+                    scale=scale,
+                    enable_gqa=q.shape[1] != k.shape[1],
                 )
             bias = mask
 
             def add_bias(score, b, h, qi, ki):
-                return score + bias[b, h, qi, ki]
+                return cap(score) + bias[b, h, qi, ki]
 
             return flex(
                 q, k, v, score_mod=add_bias, scale=scale, enable_gqa=q.shape[1] != k.shape[1]

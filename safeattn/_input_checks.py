@@ -175,6 +175,38 @@ def check_scale(scale: Any, head_dim: int) -> float:
     return float(scale)
 
 
+# Soft-capping computes cap·log2(e) and its reciprocal in float32 inside the kernels: both
+# stay normal, finite numbers for caps in this range (a subnormal cap flushed to 0 would
+# turn a 0 score into 0/0 = NaN).
+SOFTCAP_RANGE = (1e-30, 1e30)
+
+
+def check_softcap(softcap: Any) -> float:
+    """``softcap``: None or 0.0 = off; else the cap of ``cap * tanh(score / cap)`` -> the cap
+    as a float (0.0 = off)."""
+    if softcap is None:
+        return 0.0
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
+        raise error(
+            TypeError,
+            f"`softcap` must be None or a Python float, got {type(softcap).__name__}.",
+            {"softcap": repr(softcap)[:80]},
+            "pass a float such as 50.0 (Gemma 2's attention cap), or 0.0 / None for no "
+            "soft-capping (use float(t) for a 0-d tensor).",
+        )
+    low, high = SOFTCAP_RANGE
+    if softcap != 0 and not low <= softcap <= high:  # NaN fails every comparison
+        raise error(
+            ValueError,
+            f"`softcap` must be 0 (off) or a finite positive number in [{low:g}, {high:g}], "
+            f"got {softcap!r}.",
+            {"softcap": repr(softcap)},
+            "pass a positive cap (scores become cap * tanh(score / cap), e.g. 50.0), or 0.0 / "
+            "None to switch soft-capping off.",
+        )
+    return float(softcap)
+
+
 def check_flag(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise error(

@@ -20,6 +20,10 @@ allowed for query ``i`` iff::
 
     (left  < 0 or i + off - left <= j)  and  (right < 0 or j <= i + off + right)
     and key_mask[b, j]  and  attn_mask[b, h, i, j] (bool: True; float: not -inf)
+
+Soft-capping (``softcap > 0``, as FlashAttention-2, FlexAttention and Gemma 2): the score
+``s = q·k · scale`` becomes ``softcap · tanh(s / softcap)`` before an additive float
+``attn_mask`` is added; which pairs are allowed does not change.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from ._input_checks import (
     check_key_mask,
     check_qkv_types,
     check_scale,
+    check_softcap,
     check_window,
     describe,
     error,
@@ -76,6 +81,7 @@ class AttnProblem:
     key_mask: Tensor | None  # (B, Nk) bool, True = may attend (dense only)
     attn_mask: Tensor | None  # bool or float, expanded view (B, Hq, Nq, Nk)
     scale: float
+    softcap: float  # 0.0 = off; else scores become softcap * tanh(score / softcap)
     return_lse: bool
     deterministic: bool
 
@@ -109,6 +115,7 @@ def check_attention(
     key_mask: Tensor | None = None,
     attn_mask: Tensor | None = None,
     scale: float | None = None,
+    softcap: float | None = 0.0,
     return_lse: bool = False,
     deterministic: bool = False,
     allow_float64: bool = False,
@@ -116,7 +123,8 @@ def check_attention(
     """Validate a dense call: q (B, Hq, Nq, D), k/v (B, Hkv, Nk, D) -> AttnProblem.
 
     key_mask: (B, Nk) bool, True = may attend. attn_mask: bool (True = attend) or additive
-    float, broadcastable to (B, Hq, Nq, Nk). Raises TypeError / ValueError (see module doc).
+    float, broadcastable to (B, Hq, Nq, Nk). softcap: None or 0.0 = off, else a positive cap
+    (see the module docstring). Raises TypeError / ValueError (see module doc).
     """
     check_qkv_types(q, k, v, allow_float64)
     for name, x in (("q", q), ("k", k), ("v", v)):
@@ -168,6 +176,7 @@ def check_attention(
         key_mask=key_mask,
         attn_mask=expanded_mask,
         scale=check_scale(scale, head_dim),
+        softcap=check_softcap(softcap),
         return_lse=check_flag("return_lse", return_lse),
         deterministic=check_flag("deterministic", deterministic),
     )
@@ -188,6 +197,7 @@ def check_varlen(
     causal: bool | str = False,
     window: tuple[int, int] | None = None,
     scale: float | None = None,
+    softcap: float | None = 0.0,
     return_lse: bool = False,
     deterministic: bool = False,
     allow_float64: bool = False,
@@ -251,6 +261,7 @@ def check_varlen(
         key_mask=None,
         attn_mask=None,
         scale=check_scale(scale, q.shape[2]),
+        softcap=check_softcap(softcap),
         return_lse=check_flag("return_lse", return_lse),
         deterministic=check_flag("deterministic", deterministic),
     )

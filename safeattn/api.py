@@ -70,6 +70,7 @@ def attention(
     key_mask: torch.Tensor | None = None,
     attn_mask: torch.Tensor | None = None,
     scale: float | None = None,
+    softcap: float | None = 0.0,
     return_lse: bool = False,
     deterministic: bool = False,
     block_mask: BlockMask | None = None,
@@ -90,15 +91,20 @@ def attention(
         attn_mask: bool (True = attend) or additive float, broadcastable to (B, Hq, Nq, Nk).
             No gradient flows to it (a float mask that requires grad is refused).
         scale: logit scale; default 1/sqrt(D).
+        softcap: logit soft-capping (Gemma 2; FlashAttention-2's and FlexAttention's
+            ``softcap``): each score ``s = q·k · scale`` becomes ``softcap · tanh(s / softcap)``
+            before attn_mask's bias is added; masked pairs stay excluded. 0.0 or None: off
+            (the kernels compile without it). Gradients flow through the cap.
         return_lse: also return the log-sum-exp, float32 (B, Hq, Nq), natural log, -inf on
-            empty rows.
+            empty rows (of the capped scores when softcap is on).
         deterministic: gradients are bitwise reproducible in any case (the backward uses no
             atomics); True additionally pins the kernel configs (no timing-based choice), so
             results are also identical across processes on the same GPU model.
         block_mask: a :func:`safeattn.block_mask` built once for many calls (one per layer),
-            instead of ``causal``/``window``/``key_mask``/``attn_mask``. Without it, the tile
-            summary of a key_mask/attn_mask is built on the first call and reused while the
-            same mask tensors come back unmodified (see :mod:`safeattn.blockmask`).
+            instead of ``causal``/``window``/``key_mask``/``attn_mask`` (``softcap`` is not a
+            mask: pass it beside the block mask). Without it, the tile summary of a
+            key_mask/attn_mask is built on the first call and reused while the same mask
+            tensors come back unmodified (see :mod:`safeattn.blockmask`).
 
     Speed: with a key_mask or attn_mask, the kernels visit only the (query block, key block)
     tiles that some pair may attend; tiles where every pair may attend run without element
@@ -116,7 +122,7 @@ def attention(
         key_mask, attn_mask = block_mask.key_mask, block_mask.attn_mask
     p = check_attention(
         q, k, v, causal=causal, window=window, key_mask=key_mask, attn_mask=attn_mask,
-        scale=scale, return_lse=return_lse, deterministic=deterministic,
+        scale=scale, softcap=softcap, return_lse=return_lse, deterministic=deterministic,
     )  # fmt: skip
     if not _use_kernels(p):
         return reference.attend_problem(p)  # p is validated: the reference need not again
@@ -151,6 +157,7 @@ def varlen_attention(
     causal: Causal = False,
     window: Window = None,
     scale: float | None = None,
+    softcap: float | None = 0.0,
     return_lse: bool = False,
     deterministic: bool = False,
 ):
@@ -163,8 +170,8 @@ def varlen_attention(
         cu_seqlens_q, cu_seqlens_k: int32 (B + 1,), starting at 0, non-decreasing, ending at
             the total token count.
         max_seqlen_q, max_seqlen_k: upper bounds of the sequence lengths.
-        causal, window, scale, deterministic: as :func:`attention`, per sequence (bottom-right
-            alignment uses each sequence's own lengths).
+        causal, window, scale, softcap, deterministic: as :func:`attention`, per sequence
+            (bottom-right alignment uses each sequence's own lengths).
         return_lse: also return lse, float32 (Hq, total_q), natural log.
 
     Returns:
@@ -172,7 +179,8 @@ def varlen_attention(
     """
     p = check_varlen(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal,
-        window=window, scale=scale, return_lse=return_lse, deterministic=deterministic,
+        window=window, scale=scale, softcap=softcap, return_lse=return_lse,
+        deterministic=deterministic,
     )  # fmt: skip
     if not _use_kernels(p):
         return reference.attend_problem(p)

@@ -42,8 +42,12 @@ from .kernels.configs import KernelConfig
 # Audited feature variants: "causal" exercises the fully-allowed and the diagonal paths of
 # the analytic ranges; "masked" is the block-mask path (safeattn.blockmask tile lists, which
 # every key_mask / attn_mask call takes) with every mask load (key mask, additive float mask,
-# two-sided window).
-VARIANTS: tuple[str, ...] = ("causal", "masked")
+# two-sided window); "softcap" is "masked" plus logit soft-capping (HAS_SOFTCAP), the
+# heaviest combination: the cap adds arithmetic on the score tile (tanh, and its derivative
+# in the backward) and registers to hold it, no loads.
+VARIANTS: tuple[str, ...] = ("causal", "masked", "softcap")
+# The variants that take the block-mask path (its configs, pointers and tile lists).
+_MASKED_VARIANTS = ("masked", "softcap")
 _DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 _TRITON_TYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
@@ -116,13 +120,14 @@ def _signature(fn, dtype: torch.dtype, variant: str, constexprs: dict, head_dim:
         elif name == "KeyMask":
             signature[name] = "*u8"
         elif name == "AttnMask":
-            signature[name] = "*" + (_TRITON_TYPES[dtype] if variant == "masked" else "u8")
+            masked = variant in _MASKED_VARIANTS
+            signature[name] = "*" + (_TRITON_TYPES[dtype] if masked else "u8")
         elif name.startswith("CuSeq"):
             signature[name] = "*i32"
         elif name in ("FullNum", "FullIdx", "PartNum", "PartIdx"):
             # tile lists (int32) on the masked path; q itself as a placeholder otherwise
-            signature[name] = "*i32" if variant == "masked" else "*" + _TRITON_TYPES[dtype]
-        elif name in ("qk_scale", "sm_scale"):
+            signature[name] = "*i32" if variant in _MASKED_VARIANTS else "*" + _TRITON_TYPES[dtype]
+        elif name in ("qk_scale", "sm_scale", "softcap"):
             signature[name] = "fp32"
             continue
         else:
@@ -140,7 +145,7 @@ def _signature(fn, dtype: torch.dtype, variant: str, constexprs: dict, head_dim:
 
 
 def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: int, variant: str):
-    masked = variant == "masked"
+    masked = variant in _MASKED_VARIANTS
     if kernel == "bwd_preprocess":
         return dict(IS_VARLEN=False, BLOCK_M=cfg.block_m, BLOCK_D=head_dim)
     return dict(
@@ -150,6 +155,7 @@ def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: in
         HAS_WINDOW_RIGHT=True,
         HAS_KEY_MASK=masked,
         MASK_KIND=2 if masked else 0,
+        HAS_SOFTCAP=variant == "softcap",
         SPARSE=masked,
         SPARSE_Q=_blockmask_tile() if masked else cfg.block_m,
         SPARSE_K=_blockmask_tile() if masked else cfg.block_n,
@@ -242,8 +248,9 @@ def _jobs(archs, kernels, dtypes, head_dims, variants, configs_override=None):
                     for arch in archs:
                         limits = ARCHS[arch]
                         cfgs = configs_override or configs.candidates(
-                            kernel, hd, dtype, limits.smem_optin_bytes, variant == "masked"
-                        )
+                            kernel, hd, dtype, limits.smem_optin_bytes,
+                            variant in _MASKED_VARIANTS,
+                        )  # fmt: skip
                         for cfg in cfgs:
                             yield (kernel, limits, dtype, hd, variant, cfg)
 

@@ -26,6 +26,7 @@ large-logit family), the float32-upcast reference stands in for it.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -67,20 +68,35 @@ class Verdict:
 # --------------------------------------------------------------------------- implementations
 
 
-def mask_adapter(name: str, fn: Callable[[Tensor, Tensor, Tensor, Tensor, float], Tensor]) -> Impl:
+def mask_adapter(name: str, fn: Callable[..., Tensor]) -> Impl:
     """Wrap a peer that takes one dense mask into an :class:`Impl`.
 
     ``fn(q, k, v, mask, scale) -> out`` gets q (B, Hq, Nq, D), k/v (B, Hkv, Nk, D) and ``mask``
     (B, Hq, Nq, Nk): bool (True = attend) or, when the call has a float attn_mask, additive
     float (-inf where excluded) in q's dtype; e.g. SDPA with ``enable_gqa=True``.
+
+    Soft-capping: a ``fn`` with a ``softcap`` parameter gets the case's cap as
+    ``softcap=`` (a float, 0.0 = off: it caps the scores before adding a float ``mask``);
+    without one, a case with a cap raises NotImplementedError (the peer cannot run it).
+    The parameter is found by inspection, so the benchmarks can hand the same function to
+    older commits, whose adapter calls ``fn(q, k, v, mask, scale)``.
     """
+    takes_softcap = "softcap" in inspect.signature(fn).parameters
 
     def attention(q: Tensor, k: Tensor, v: Tensor, **kwargs: Any) -> Tensor:
         p = check_attention(q, k, v, **kwargs, allow_float64=True)
+        if p.softcap and not takes_softcap:
+            raise NotImplementedError(
+                f"safeattn: {name} takes no softcap (logit soft-capping, here {p.softcap}), "
+                "so it cannot run this case.\nHINT: give its function a softcap parameter "
+                "(a float, 0.0 = off) if the peer can cap scores."
+            )
         mask = allowed_mask(p)
         if p.attn_mask is not None and p.attn_mask.dtype != torch.bool:
             neg_inf = torch.tensor(float("-inf"), dtype=q.dtype, device=q.device)
             mask = torch.where(mask, p.attn_mask.to(q.dtype), neg_inf)
+        if takes_softcap:
+            return fn(q, k, v, mask, p.scale, softcap=p.softcap)
         return fn(q, k, v, mask, p.scale)
 
     return Impl(name, attention)

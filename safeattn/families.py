@@ -330,6 +330,32 @@ def _extreme_grad_out(seed: int, dtype: torch.dtype, device: Any, size: Size) ->
     )
 
 
+def _softcap(seed: int, dtype: torch.dtype, device: Any, size: Size) -> Case:
+    gen = torch.Generator().manual_seed(seed)
+    b, hq, hkv, n, d = (2, 2, 1, 37, 32) if size == "small" else (2, 8, 2, 1024, 128)
+
+    # Row magnitudes log-uniform in [0.3, 100]: logits from ~0.1 (tanh's linear part) through
+    # its knee to ~1e4 (deep saturation, where float16's q @ k^T overflows and the cap's
+    # derivative underflows to 0), against a cap of 10..50 (Gemma 2 caps attention at 50).
+    def rows(h: int) -> Tensor:
+        log_amp = torch.empty(b, h, n, 1).uniform_(math.log(0.3), math.log(100.0), generator=gen)
+        return _randn(gen, b, h, n, d) * log_amp.exp()
+
+    q, k, v = rows(hq), rows(hkv), _randn(gen, b, hkv, n, d)
+    return _dense_case(
+        "softcap",
+        gen,
+        dtype,
+        device,
+        q,
+        k,
+        v,
+        causal=True,
+        key_mask=_left_padding(gen, b, n),  # leading rows empty under the cap as well
+        softcap=_pick(gen, [10.0, 30.0, 50.0]),
+    )
+
+
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
@@ -369,6 +395,11 @@ FAMILIES: dict[str, Family] = {
         ),
         Family(
             "extreme_grad_out", "upstream gradients huge, tiny and zero per row", _extreme_grad_out
+        ),
+        Family(
+            "softcap",
+            "logit soft-capping (cap 10-50) of logits ~0.1 to ~1e4, GQA, left padding + causal",
+            _softcap,
         ),
     )
 }

@@ -69,6 +69,10 @@ def _attend(p: AttnProblem, upcast: bool) -> tuple[Tensor, Tensor]:
     allowed = allowed_mask(p)
 
     scores = (q @ k.transpose(-1, -2)) * p.scale
+    if p.softcap:
+        # Soft-capping acts on the logits themselves: before the additive mask, and on every
+        # pair (the excluded ones are replaced by -inf below, whatever they became).
+        scores = p.softcap * torch.tanh(scores / p.softcap)
     if p.attn_mask is not None and p.attn_mask.dtype != torch.bool:
         scores = scores + p.attn_mask.to(dtype)
 
@@ -118,6 +122,7 @@ def attention(
     key_mask: Tensor | None = None,
     attn_mask: Tensor | None = None,
     scale: float | None = None,
+    softcap: float | None = 0.0,
     return_lse: bool = False,
     deterministic: bool = False,
     upcast: bool = True,
@@ -130,7 +135,9 @@ def attention(
 
     upcast=True computes float16/bfloat16 in float32 and casts the output back; upcast=False is
     plain PyTorch math in the input dtype (the "PyTorch's own error" baseline of contract
-    item 6). ``deterministic`` is accepted for signature parity; this path always is.
+    item 6). ``softcap > 0`` replaces each score s = q·k·scale by softcap·tanh(s / softcap)
+    before an additive attn_mask is added (0.0 or None: off). ``deterministic`` is accepted
+    for signature parity; this path always is.
     """
     p = check_attention(
         q,
@@ -141,6 +148,7 @@ def attention(
         key_mask=key_mask,
         attn_mask=attn_mask,
         scale=scale,
+        softcap=softcap,
         return_lse=return_lse,
         deterministic=deterministic,
         allow_float64=True,
@@ -160,6 +168,7 @@ def varlen_attention(
     causal: bool | str = False,
     window: tuple[int, int] | None = None,
     scale: float | None = None,
+    softcap: float | None = 0.0,
     return_lse: bool = False,
     deterministic: bool = False,
     upcast: bool = True,
@@ -168,7 +177,8 @@ def varlen_attention(
 
     Shapes: packed q (total_q, Hq, D), k/v (total_k, Hkv, D), cu_seqlens_* int32 (B + 1,).
     Sequence b uses q rows cu_seqlens_q[b]:cu_seqlens_q[b+1] against its own keys; causal and
-    window are aligned per sequence; zero-length sequences are allowed.
+    window are aligned per sequence; zero-length sequences are allowed; softcap as
+    :func:`attention`.
     Returns out (total_q, Hq, D), or (out, lse) with lse (Hq, total_q).
     """
     p = check_varlen(
@@ -182,6 +192,7 @@ def varlen_attention(
         causal=causal,
         window=window,
         scale=scale,
+        softcap=softcap,
         return_lse=return_lse,
         deterministic=deterministic,
         allow_float64=True,

@@ -50,6 +50,9 @@ CASES = {
         q, k, v, attn_mask=_causal_sdpa_mask(keep), enable_gqa=True
     ),
     "deterministic": lambda q, k, v, keep: safeattn.attention(q, k, v, deterministic=True),
+    "softcap": lambda q, k, v, keep: safeattn.attention(
+        q, k, v, causal=True, key_mask=keep, softcap=5.0
+    ),
 }
 
 
@@ -164,6 +167,7 @@ def test_opcheck(device):
     s = blockmask.summary_for(p)
     tiles = [s.kv_full_num, s.kv_full_idx, s.kv_part_num, s.kv_part_idx,
              s.q_full_num, s.q_full_idx, s.q_part_num, s.q_part_idx]  # fmt: skip
-    args = (q, k, v, keep, None, None, None, tiles, False, 2, 24, 24, False, -1, 0, 0,
-            p.scale, False, s.block_q, s.block_k)  # fmt: skip
-    torch.library.opcheck(torch.ops.safeattn.attn_fwd.default, args)
+    for softcap in (0.0, 5.0):
+        args = (q, k, v, keep, None, None, None, tiles, False, 2, 24, 24, False, -1, 0, 0,
+                p.scale, softcap, False, s.block_q, s.block_k)  # fmt: skip
+        torch.library.opcheck(torch.ops.safeattn.attn_fwd.default, args)

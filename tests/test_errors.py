@@ -97,6 +97,13 @@ DENSE_CASES = [
     ("scale_inf", dense_args(scale=math.inf), ValueError, "scale"),
     ("scale_nan", dense_args(scale=math.nan), ValueError, "scale"),
     ("return_lse_string", dense_args(return_lse="yes"), TypeError, "return_lse"),
+    ("softcap_negative", dense_args(softcap=-30.0), ValueError, "softcap"),
+    ("softcap_nan", dense_args(softcap=math.nan), ValueError, "softcap"),
+    ("softcap_inf", dense_args(softcap=math.inf), ValueError, "softcap"),
+    ("softcap_subnormal", dense_args(softcap=1e-40), ValueError, "softcap"),
+    ("softcap_string", dense_args(softcap="30"), TypeError, "softcap"),
+    ("softcap_bool", dense_args(softcap=True), TypeError, "softcap"),
+    ("softcap_tensor", dense_args(softcap=torch.tensor(30.0)), TypeError, "softcap"),
 ]  # fmt: skip
 
 VARLEN_CASES = [
@@ -126,6 +133,8 @@ VARLEN_CASES = [
     ("max_seqlen_float", varlen_args(max_seqlen_k=7.0), TypeError, "max_seqlen_k"),
     ("causal_string", varlen_args(causal="top-left"), ValueError, "causal"),
     ("window_negative", varlen_args(window=(0, -3)), ValueError, "window"),
+    ("softcap_negative", varlen_args(softcap=-1.0), ValueError, "softcap"),
+    ("softcap_nan", varlen_args(softcap=math.nan), ValueError, "softcap"),
 ]  # fmt: skip
 
 
@@ -182,6 +191,13 @@ def test_valid_calls_pass_validation():
     assert (p.causal, p.window_left, p.window_right) == (False, 2, 1)
     p = call_varlen(check_varlen, varlen_args(max_seqlen_q=9, causal=True))
     assert (p.batch, p.seq_q, p.seq_k, p.window_right) == (3, 9, 7, 0)
+    # softcap: None and 0 are off (0.0), an int cap is a float cap.
+    assert call_dense(check_attention, dense_args()).softcap == 0.0
+    assert call_dense(check_attention, dense_args(softcap=None)).softcap == 0.0
+    assert call_dense(check_attention, dense_args(softcap=0)).softcap == 0.0
+    p = call_dense(check_attention, dense_args(softcap=50))
+    assert p.softcap == 50.0 and isinstance(p.softcap, float)
+    assert call_varlen(check_varlen, varlen_args(softcap=30.0)).softcap == 30.0
 
 
 def test_reference_accepts_float64_api_does_not():

@@ -15,6 +15,7 @@ from safeattn._inputs import allowed_mask, check_attention
 NAMES = [
     "leftpad_causal", "all_keys_masked", "neginf_mask_rows", "nan_in_excluded_kv",
     "large_logits", "ragged_tails", "gqa_ragged", "varlen_empty_seqs", "extreme_grad_out",
+    "softcap",
 ]  # fmt: skip
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -73,6 +74,14 @@ def test_families_contain_what_they_promise():
     assert {0, 1} <= shapes
     grad = families.make_case("extreme_grad_out", 0, torch.float16, "cpu", "small")
     assert grad.do.abs().max() > 4000 and grad.empty_rows.any()
+    for seed in range(3):
+        capped = families.make_case("softcap", seed, torch.float16, "cpu", "small")
+        p = check_attention(capped.q, capped.k, capped.v, **capped.kwargs)
+        k = capped.k.float().repeat_interleave(p.heads_q // p.heads_kv, dim=1)
+        logits = (capped.q.float() @ k.transpose(-1, -2)).abs() * p.scale
+        assert 10 <= p.softcap <= 50 and p.heads_q > p.heads_kv and capped.empty_rows.any()
+        assert logits.max() > 100 * p.softcap, "no deep saturation"
+        assert (logits < p.softcap / 2).float().mean() > 0.2, "few scores left of the knee"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -178,6 +187,36 @@ def test_inaccurate_impl_is_wrong(dtype):
     verdict = contract.check(case, _slightly_off)
     assert verdict.wrong and "out error" in verdict.detail, verdict
     assert verdict.max_rel_error > 0.01
+
+
+def test_ignoring_the_cap_is_wrong():
+    """An impl that drops softcap (finite, empty rows exact) misses the softcap family."""
+
+    def uncapped(q, k, v, **kwargs):
+        return reference.attention(q, k, v, **{**kwargs, "softcap": 0.0})
+
+    case = families.make_case("softcap", 0, torch.float32, "cpu", "small")
+    verdict = contract.check(case, uncapped)
+    assert not verdict.nonfinite and verdict.wrong and "error" in verdict.detail, verdict
+
+
+def test_mask_adapter_hands_the_cap_to_peers_that_take_it_and_refuses_the_others():
+    case = families.make_case("softcap", 1, torch.float32, "cpu", "small")
+    seen = {}
+
+    def capped_dense(q, k, v, mask, scale, softcap=0.0):
+        seen["softcap"] = softcap
+        return reference.attention(q, k, v, attn_mask=mask, scale=scale, softcap=softcap)
+
+    verdict = contract.check(case, contract.mask_adapter("capped_dense", capped_dense))
+    assert not verdict.nonfinite and not verdict.wrong, verdict
+    assert seen["softcap"] == case.kwargs["softcap"]
+
+    def dense(q, k, v, mask, scale):
+        return reference.attention(q, k, v, attn_mask=mask, scale=scale)
+
+    with pytest.raises(NotImplementedError, match="takes no softcap"):
+        contract.check(case, contract.mask_adapter("dense", dense))
 
 
 def test_poison_leak_is_wrong_even_when_finite():

@@ -16,10 +16,12 @@ import sys
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import safeattn
 from safeattn import contract, families, reference
-from safeattn.kernels import configs, launch
+from safeattn.kernels import configs, forward, launch
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 DT_IDS = ["fp16", "bf16", "fp32"]
@@ -153,7 +155,8 @@ def test_float32_is_ieee_not_tf32(device, on_gpu):
     assert rel < 1e-5, f"fp32 relative error {rel:.2e}: looks like tf32"
 
 
-def test_varlen_matches_per_sequence_reference(device, on_gpu):
+@pytest.mark.parametrize("softcap", [0.0, 1.5], ids=["plain", "softcap"])
+def test_varlen_matches_per_sequence_reference(softcap, device, on_gpu):
     lens_q = pick(on_gpu, [5, 0, 33, 1], [1000, 0, 333, 1, 2048])
     lens_k = pick(on_gpu, [7, 3, 0, 20], [1000, 17, 0, 5, 2048])
     h, hkv, d = pick(on_gpu, (2, 1, 16), (8, 2, 128))
@@ -165,7 +168,7 @@ def test_varlen_matches_per_sequence_reference(device, on_gpu):
     cu_k = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32)
     args = (cu_q.to(device), cu_k.to(device), max(lens_q), max(lens_k))
     do = torch.randn(q.shape, generator=g).to(device, q.dtype)
-    kw = dict(causal="bottom_right", return_lse=True)
+    kw = dict(causal="bottom_right", return_lse=True, softcap=softcap)
     got = fwd_bwd(lambda a, b_, c, **x: safeattn.varlen_attention(a, b_, c, *args, **x), q, k, v,
                   do, **kw)  # fmt: skip
     ref = fwd_bwd(
@@ -211,13 +214,19 @@ def empty_row_cases(device, on_gpu):
         ("leftpad_causal", dict(causal=True, key_mask=key_mask)),
         ("bottom_right_nq_gt_nk", dict(causal="bottom_right")),
         ("window_gap", dict(window=(0, 0), key_mask=key_mask)),
-    ]
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 def test_empty_rows_are_exact_zeros(dtype, device, on_gpu):
+    check_empty_rows(dtype, device, on_gpu)
+
+
+def check_empty_rows(dtype, device, on_gpu, **extra):
+    """Contract item 1 on the cases of empty_row_cases, with ``extra`` arguments (softcap)."""
     b, h, n, d, cases = empty_row_cases(device, on_gpu)
     for name, kw in cases:
+        kw = {**kw, **extra}
         nk = n // 2 if name == "bottom_right_nq_gt_nk" else n
         q, k, v = rand_qkv(b, h, h, n, nk, d, dtype, device, seed=12)
         if "key_mask" in kw and nk != n:
@@ -247,6 +256,11 @@ def test_empty_rows_are_exact_zeros(dtype, device, on_gpu):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 def test_excluded_keys_values_never_leak(dtype, device, on_gpu):
+    check_excluded_never_leak(dtype, device, on_gpu)
+
+
+def check_excluded_never_leak(dtype, device, on_gpu, **extra):
+    """Contract item 2 per mask kind, with ``extra`` arguments (softcap)."""
     # One clean run per mask kind, then one poisoned run per poison value (NaN, +Inf, -Inf):
     # each poison is checked on its own, without recomputing the clean reference.
     b, h, nq, nk, d = pick(on_gpu, (2, 2, 30, 41, 16), (2, 8, 600, 1000, 128))
@@ -261,6 +275,7 @@ def test_excluded_keys_values_never_leak(dtype, device, on_gpu):
         (dict(attn_mask=float_mask), float_mask[:, 0, 0] == -math.inf),
         (dict(attn_mask=float_mask > -1), float_mask[:, 0, 0] == -math.inf),
     ):
+        kw = {**kw, **extra}
         clean = fwd_bwd(safeattn.attention, q, k, v, do, causal="bottom_right", **kw)
         for poison in (float("nan"), float("inf"), -float("inf")):
             kp, vp = k.clone(), v.clone()
@@ -366,6 +381,150 @@ def test_large_logits_never_overflow(dtype, device, on_gpu):
                 natural = natural * other.double().abs().max() / math.sqrt(d)
             eps = torch.finfo(dtype).eps * natural.item()
             assert err <= 3 * best_err + eps, f"{name}: error {err:.3e} vs {best_err:.3e}"
+
+
+# --------------------------------------------------------------------------- softcap
+
+
+SOFTCAP_DTYPES = [torch.bfloat16, torch.float32]
+SOFTCAP_IDS = ["bf16", "fp32"]
+
+
+def softcap_case(name: str, device, on_gpu):
+    """(q, k, v, kwargs) of one soft-capping case. |q·k·scale| ~ 2 against a cap of 3: the
+    scores cover tanh's linear part and its knee, where the cap and its derivative matter."""
+    b, hq, hkv, nq, nk, d = pick(on_gpu, (2, 2, 1, 37, 29, 16), (2, 8, 2, 700, 1000, 128))
+    if name == "gqa":
+        hq, hkv = pick(on_gpu, (4, 2), (16, 4))
+    q, k, v = rand_qkv(b, hq, hkv, nq, nk, d, torch.float32, device, seed=31, scale=1.5)
+    g = torch.Generator().manual_seed(32)
+    kw: dict = {"softcap": 3.0}
+    if name == "causal":
+        kw["causal"] = "bottom_right"
+    elif name == "key_mask":
+        km = torch.rand(b, nk, generator=g) > 0.3
+        km[-1] = False  # a batch element with every key masked
+        kw.update(key_mask=km.to(device), causal=True)
+    elif name == "float_mask":
+        am = torch.randn(1, hq, nq, nk, generator=g)
+        am[0, 0, 2] = -math.inf  # a row excluded by the additive mask
+        am[..., 5] = -math.inf  # a key excluded for every row
+        kw["attn_mask"] = am.to(device)
+    elif name == "gqa":
+        kw.update(causal=True, window=(9, -1))
+    return q, k, v, kw
+
+
+@triton.jit
+def _tanh_kernel(X, Y, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(Y + offs, forward._tanh(tl.load(X + offs)))
+
+
+def test_softcap_tanh_is_accurate_and_total(device):
+    """The kernels' exp2-only tanh: a few ulp relative everywhere (1 - e^{-2|x|} alone
+    would lose every digit near 0), exactly ±1 for ±inf and huge |x|, NaN only for NaN."""
+    mags = torch.logspace(-30, 2, 4000, dtype=torch.float64)
+    special = [0.0, float("inf"), -float("inf"), 1e30, -3e38, float("nan")]
+    x64 = torch.cat([mags, -mags[::37], torch.tensor(special, dtype=torch.float64)])
+    x = torch.cat([x64, torch.zeros(8192 - x64.numel(), dtype=torch.float64)]).float()
+    x_dev = x.to(device)
+    y_dev = torch.empty_like(x_dev)
+    _tanh_kernel[(1,)](x_dev, y_dev, N=8192)
+    y, want = y_dev.cpu().double(), torch.tanh(x.double())
+    assert torch.equal(torch.isnan(y), torch.isnan(x)), "NaN exactly where the input is NaN"
+    finite = ~torch.isnan(want) & (want != 0)
+    ulps = ((y - want).abs() / want.abs())[finite] / 2**-24
+    assert ulps.max() <= 8, f"tanh off by {ulps.max():.1f} units of 2^-24 (relative)"
+    n = x64.numel()
+    assert y[n - 6 : n - 1].tolist() == [0.0, 1.0, -1.0, 1.0, -1.0]
+
+
+@pytest.mark.parametrize("dtype", SOFTCAP_DTYPES, ids=SOFTCAP_IDS)
+@pytest.mark.parametrize("case", ["plain", "causal", "key_mask", "float_mask", "gqa"])
+def test_softcap_matches_reference(case, dtype, device, on_gpu):
+    """out, lse and the three gradients of capped attention against the fp64 reference."""
+    q, k, v, kw = softcap_case(case, device, on_gpu)
+    if "attn_mask" in kw:
+        kw["attn_mask"] = kw["attn_mask"].to(dtype)
+    check_against_reference(q.to(dtype), k.to(dtype), v.to(dtype), **kw)
+
+
+def test_softcap_with_a_block_mask(device, on_gpu):
+    """softcap beside a prebuilt safeattn.block_mask: the same kernels, the same bits, as
+    the mask given as arguments."""
+    q, k, v, kw = softcap_case("key_mask", device, on_gpu)
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(2)).to(device)
+    bm = safeattn.block_mask(q.shape[2], k.shape[2], causal=True, key_mask=kw["key_mask"])
+    with_bm = fwd_bwd(safeattn.attention, q, k, v, do, block_mask=bm, softcap=kw["softcap"])
+    with_args = fwd_bwd(safeattn.attention, q, k, v, do, **kw)
+    for name, a, b_ in zip(("out", "lse", "dq", "dk", "dv"), with_bm, with_args, strict=True):
+        assert (a is None and b_ is None) or torch.equal(a, b_), name
+
+
+def test_softcap_changes_the_result(device, on_gpu):
+    """The cases above are ones where the cap matters: without it, out and every gradient
+    differ from the capped reference far beyond the tolerance."""
+    q, k, v, kw = softcap_case("causal", device, on_gpu)
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).to(device)
+    capped = fwd_bwd(reference.attention, q.double(), k.double(), v.double(), do.double(), **kw)
+    plain = fwd_bwd(safeattn.attention, q, k, v, do, **{**kw, "softcap": 0.0})
+    for name, c, p in zip(("out", "lse", "dq", "dk", "dv"), capped, plain, strict=True):
+        if c is not None:
+            assert (c - p.double()).abs().max() > 1e-2 * c.abs().max(), name
+
+
+@pytest.mark.parametrize("dtype", SOFTCAP_DTYPES, ids=SOFTCAP_IDS)
+def test_softcap_empty_rows_are_exact_zeros(dtype, device, on_gpu):
+    check_empty_rows(dtype, device, on_gpu, softcap=2.0)
+
+
+def test_softcap_excluded_keys_values_never_leak(device, on_gpu):
+    """NaN/Inf in excluded K makes a NaN or infinite score, whose cap is NaN: the masks
+    must still keep it out of every result, bitwise."""
+    check_excluded_never_leak(torch.bfloat16, device, on_gpu, softcap=2.0)
+
+
+@pytest.mark.parametrize("poison", [float("nan"), float("inf")], ids=["nan", "inf"])
+@pytest.mark.parametrize("where", ["k", "q"])
+def test_softcap_included_nonfinite_propagates(where, poison, device, on_gpu):
+    """tanh(±inf) = ±1: an attended Inf would become a finite capped logit. Contract item 3
+    says the rows that use it are non-finite, as without a cap (and as the reference)."""
+    b, h, n, d = pick(on_gpu, (1, 2, 20, 16), (2, 4, 512, 64))
+    q, k, v = rand_qkv(b, h, h, n, n, d, torch.bfloat16, device, seed=15)
+    {"q": q, "k": k}[where][0, 0, 3, 0] = poison
+    out, lse, dq, _, _ = fwd_bwd(safeattn.attention, q, k, v, torch.ones_like(q), softcap=5.0,
+                                 return_lse=True)  # fmt: skip
+    rows = (0, 0, 3) if where == "q" else (0, 0)  # every row attends key 3
+    assert torch.isnan(out[rows]).all(), f"an attended {poison} in {where} did not propagate"
+    assert torch.isnan(lse[rows]).all(), f"lse: an attended {poison} in {where} was capped"
+    assert torch.isfinite(out[0, 1]).all() and torch.isfinite(out[1:]).all()
+    assert not torch.isfinite(dq[0, 0]).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_softcap_large_logits_saturate(dtype, device, on_gpu):
+    """Logits of 1e4..1e5 under a cap of 30: tanh saturates (its derivative underflows to
+    0 for most pairs) and every result stays finite and matches the reference, as held to
+    the error of the fp32-internal reference rounded to the same dtype."""
+    b, h, n, d = pick(on_gpu, (1, 2, 37, 32), (2, 4, 1000, 128))
+    amp = 60.0 if dtype == torch.float16 else 300.0
+    q, k, v = rand_qkv(b, h, h, n, n, d, dtype, device, seed=17, scale=amp)
+    q[:, :, ::3] /= amp  # every third row of ordinary size: scores left of the knee too
+    do = torch.randn(q.shape, device=device).to(dtype)
+    kw = dict(causal=True, return_lse=True, softcap=30.0)
+    got = fwd_bwd(safeattn.attention, q, k, v, do, **kw)
+    ref = fwd_bwd(reference.attention, q.double(), k.double(), v.double(), do.double(), **kw)
+    fp32 = fwd_bwd(reference.attention, q, k, v, do, **kw)
+    raw = (q.double() @ k.double().transpose(-1, -2)) / math.sqrt(d)
+    assert raw.abs().max() > 1e4, "the case did not produce large logits"
+    assert ref[1].abs().max() < 30 + math.log(n), "the cap did not bound the LSE"
+    for name, g, r, best in zip(("out", "lse", "dq", "dk", "dv"), got, ref, fp32, strict=True):
+        assert torch.isfinite(g).all(), f"{name} is not finite"
+        err = (g.double() - r).norm().item()
+        best_err = (best.double() - r).norm().item()
+        eps = torch.finfo(dtype).eps * r.norm().item()
+        assert err <= 3 * best_err + eps, f"{name}: error {err:.3e} vs {best_err:.3e}"
 
 
 # --------------------------------------------------------------------------- families

@@ -33,8 +33,9 @@ def diagonal_rule(i: int, j: int, nq: int, nk: int, causal, window) -> bool:
 
 
 def naive_attention(q, k, v, *, causal=False, window=None, key_mask=None, attn_mask=None,
-                    scale=None):  # fmt: skip
-    """Row-by-row softmax over the allowed keys only, in float64 -> (out, lse)."""
+                    scale=None, softcap=0.0):  # fmt: skip
+    """Row-by-row softmax over the allowed keys only, in float64 -> (out, lse). softcap > 0:
+    each allowed score s becomes softcap * tanh(s / softcap) before the float mask."""
     bsz, hq, nq, d = q.shape
     hkv, nk = k.shape[1], k.shape[2]
     scale = 1 / math.sqrt(d) if scale is None else scale
@@ -61,6 +62,8 @@ def naive_attention(q, k, v, *, causal=False, window=None, key_mask=None, attn_m
                     lses.append(torch.tensor(-math.inf, dtype=F64))
                     continue
                 s = (k[b, g, keys].double() @ q[b, h, i].double()) * scale
+                if softcap:
+                    s = softcap * torch.tanh(s / softcap)
                 if mask is not None and mask.dtype != torch.bool:
                     s = s + mask[b, h, i, keys].double()
                 rows.append(torch.softmax(s, dim=0) @ v[b, g, keys].double())
@@ -130,12 +133,16 @@ def mask_kwargs(kind: str, bsz: int, hq: int, nq: int, nk: int) -> dict:
         "all_combined": {"causal": True, "window": (4, -1), "key_mask": key_mask,
                          "attn_mask": bool_mask},
         "scale_0.3": {"scale": 0.3, "causal": "top_left"},
+        "softcap": {"softcap": 1.5},
+        "softcap_masks": {"softcap": 0.7, "causal": True, "key_mask": key_mask,
+                          "attn_mask": float_mask},
     }[kind]  # fmt: skip
 
 
 MASK_KINDS = [
     "none", "causal_top_left", "causal_bottom_right", "window_3_1", "window_causal_bottom_right",
     "window_right_0", "key_mask", "bool_attn_mask", "float_attn_mask", "all_combined", "scale_0.3",
+    "softcap", "softcap_masks",
 ]  # fmt: skip
 
 
@@ -163,6 +170,36 @@ def test_gradcheck_fp64():
         return reference.attention(q, k, v, causal="bottom_right", key_mask=key_mask)
 
     assert torch.autograd.gradcheck(fn, (q, k, v))
+
+
+def test_gradcheck_fp64_softcap():
+    q, k, v = make_qkv(1, 2, 1, 4, 6, 3)
+    bias = torch.randn(4, 6, dtype=F64)
+    bias[1, :] = -math.inf  # an empty row under the cap
+
+    def fn(q, k, v):
+        return reference.attention(q, k, v, causal="bottom_right", attn_mask=bias, softcap=0.8)
+
+    assert torch.autograd.gradcheck(fn, (q, k, v))
+
+
+def test_softcap_is_applied_before_the_additive_mask():
+    """cap·tanh(s/cap) + bias (FlexAttention's and Gemma 2's order), which differs from both
+    the uncapped scores and cap·tanh((s + bias)/cap)."""
+    q, k, v = make_qkv(1, 1, 1, 3, 4, 2, seed=11)
+    q = (3 * q).detach().requires_grad_()
+    bias = torch.tensor([0.0, 1.5, -1.5, 0.0], dtype=F64).expand(3, 4)
+    cap = 1.0
+    out, lse = reference.attention(q, k, v, attn_mask=bias, softcap=cap, return_lse=True)
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(2)
+    logits = cap * torch.tanh(s / cap) + bias
+    assert_close(out, torch.softmax(logits, -1) @ v, "out")
+    assert_close(lse, torch.logsumexp(logits, -1), "lse")
+    capped_after = torch.softmax(cap * torch.tanh((s + bias) / cap), -1) @ v
+    assert (out - capped_after).abs().max() > 1e-2, "cannot tell the order apart"
+    off = reference.attention(q, k, v, attn_mask=bias, softcap=None)
+    assert (out - off).abs().max() > 1e-2, "the cap changed nothing"
+    assert_equal(reference.attention(q, k, v, attn_mask=bias, softcap=0.0), off, "softcap=0")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
@@ -316,6 +353,20 @@ def test_large_logits_no_overflow(dtype):
     want, _ = naive_attention(q.double(), k.double(), v.double())
     assert torch.isfinite(out).all()
     assert_close(out.double(), want, "out", atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_large_logits_saturate_under_softcap(dtype):
+    """Logits ~ 1e5 with a cap of 20: tanh saturates, the results stay finite and right."""
+    q, k, v = make_qkv(1, 2, 2, 6, 9, 16, dtype=torch.float32, seed=7)
+    q = (q.detach() * 120).to(dtype)
+    k = (k.detach() * 120).to(dtype)
+    v = v.detach().to(dtype)
+    out, lse = reference.attention(q, k, v, softcap=20.0, return_lse=True)
+    want, want_lse = naive_attention(q.double(), k.double(), v.double(), softcap=20.0)
+    assert torch.isfinite(out).all() and (lse.abs() < 30).all()
+    assert_close(out.double(), want, "out", atol=3e-2, rtol=3e-2)
+    assert_close(lse.double(), want_lse, "lse", atol=3e-2, rtol=3e-2)
 
 
 def test_upcast_false_computes_in_input_dtype():

@@ -266,6 +266,34 @@ def test_the_key_names_every_mask_flag_and_keeps_masked_problems_apart(gpu):
     assert source_of() == "tuned"
 
 
+def test_a_softcap_call_has_a_key_of_its_own_that_the_tables_lack(gpu):
+    """softcap is named in the key only when on: the keys the committed tables were swept
+    under stay as they were, and a capped call (no table entry) is tuned, launching the
+    HAS_SOFTCAP specialisation, while the uncapped call keeps the table's config."""
+    capped = replace(META, softcap=30.0)
+    assert key_of(capped) == key_of() + " softcap=1"
+    assert "softcap" not in key_of()
+    write_table(gpu.tables / f"{GPU}.json", {key_of(): CANDIDATES[3]})
+
+    class Recording(FakeKernel):
+        def __getitem__(self, grid):
+            run = super().__getitem__(grid)
+
+            def record(*args, **kw):
+                self.has_softcap = kw["HAS_SOFTCAP"]
+                return run(*args, **kw)
+
+            return record
+
+    kernel = Recording()
+    assert run_forward(gpu, capped, kernel) == CANDIDATES[0]
+    assert source_of() == "tuned" and kernel.has_softcap is True
+    launch.clear_choices()
+    kernel = Recording()
+    assert run_forward(gpu, META, kernel) == CANDIDATES[3]
+    assert source_of() == "table" and kernel.has_softcap is False
+
+
 def test_the_interpreter_keeps_its_config_and_records_nothing(monkeypatch):
     monkeypatch.setattr(launch, "INTERPRET", True)
     launch.clear_choices()

@@ -13,6 +13,13 @@ NOTE: empty rows — a row whose every key is excluded keeps ``m = -inf``; expon
 taken against a safe maximum of 0 so that ``exp2(-inf - (-inf))`` (NaN) never occurs, the
 row's sum stays 0, its output is written as exactly 0 and its lse2 as -inf.
 
+NOTE: soft-capping (HAS_SOFTCAP, a constexpr: kernels without it compile as before) — the
+scores become ``softcap·tanh(s / softcap)`` (``_softcap``, in the log2 domain) right after
+``q·k``: before an additive mask's bias and before masking, as FlashAttention-2,
+FlexAttention and Gemma 2 do. Excluded pairs are still replaced by -inf afterwards, whatever
+their capped score became (NaN from a poisoned K included), so empty rows and excluded keys
+behave exactly as without a cap.
+
 NOTE: excluded values — ``p @ v`` with ``p = 0`` and a NaN in ``v`` is NaN, so masking the
 scores alone cannot keep a poisoned, excluded value out of a row. The guard (GUARD=True): in
 masked blocks the kernel zeroes non-finite entries of V before the product and records, per
@@ -101,6 +108,7 @@ def _fwd_step(
     window_left,
     window_right,
     qk_scale,
+    softcap,
     head_dim,
     stride_kn,
     stride_kd,
@@ -115,6 +123,7 @@ def _fwd_step(
     HAS_WINDOW_RIGHT: tl.constexpr,
     HAS_KEY_MASK: tl.constexpr,
     MASK_KIND: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
     EVEN_D: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
@@ -136,6 +145,9 @@ def _fwd_step(
         k = tl.load(k_ptrs, mask=mask_d[None, :], other=0.0)
         v = tl.load(v_ptrs, mask=mask_d[None, :], other=0.0)
     s = _scores(q, k, DOT_PRECISION, UPCAST_DOT) * qk_scale
+    if HAS_SOFTCAP:
+        # NOTE: soft-capping (module docstring): the logits, before the bias and the masks.
+        s, _ = _softcap(s, softcap)
     if MASKED:
         allowed, bias = _allowed_pairs(
             offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
@@ -190,6 +202,44 @@ def _scores(a, b, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr):
 
 
 @triton.jit
+def _tanh(x):
+    """tanh in fp32 from exp2 alone (``tl.tanh``/libdevice differ between Triton versions
+    and the interpreter). Exactly ±1 for ±inf and once e^{-2|x|} is below half an ulp of 1
+    (|x| > ~9), NaN only for NaN: the exponential is e^{-2|x|} in (0, 1], never overflowing.
+    Near 0, where ``1 - e^{-2|x|}`` loses digits, tanh's odd Taylor polynomial keeps the
+    relative error at a few ulp (the first omitted term is below 1e-8 relative there)."""
+    a = tl.abs(x)
+    e = tl.math.exp2(a * (-2.0 * LOG2E))
+    t = (1.0 - e) / (1.0 + e)
+    # Evaluated on |x| clamped to the polynomial's range: no overflow in the unused branch.
+    a_small = tl.minimum(a, 0.25)
+    x2 = a_small * a_small
+    poly = a_small * (
+        1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0 + x2 * (62.0 / 2835.0))))
+    )
+    t = tl.where(a < 0.25, poly, t)
+    return tl.where(x < 0.0, -t, t)
+
+
+@triton.jit
+def _softcap(s, softcap):
+    """Soft-capping of log2-domain scores ``s = q·k · scale·log2(e)`` -> (capped scores in the
+    log2 domain, ``tanh(q·k·scale / softcap)``; the backward's derivative is 1 - tanh²).
+
+    The natural-domain cap ``softcap·tanh(x / softcap)`` of ``x = s / log2(e)``, times
+    log2(e), is ``c·tanh(s / c)`` with ``c = softcap·log2(e)``: the same function applied in
+    the log2 domain, so the scores never leave it.
+
+    An infinite score (an Inf in a q or k row) comes out NaN, not ±c: tanh(±inf) = ±1 would
+    turn an attended non-finite input into a finite logit, against contract item 3. The
+    callers replace excluded pairs by -inf afterwards, so only attended pairs see the NaN."""
+    c = softcap * LOG2E
+    t = _tanh(s * (1.0 / c))
+    capped = tl.where(tl.abs(s) == float("inf"), float("nan"), c * t)
+    return capped, t
+
+
+@triton.jit
 def _bias_tile(am_base, offs_m, offs_n, stride_amm, stride_amn):
     """An additive mask's tile (log2 units), unmasked: only called on in-range tiles."""
     am = tl.load(am_base + offs_m[:, None] * stride_amm + offs_n[None, :] * stride_amn)
@@ -228,6 +278,7 @@ def _fwd_inner(
     window_left,
     window_right,
     qk_scale,
+    softcap,
     head_dim,
     stride_kn,
     stride_kd,
@@ -244,6 +295,7 @@ def _fwd_inner(
     HAS_WINDOW_RIGHT: tl.constexpr,
     HAS_KEY_MASK: tl.constexpr,
     MASK_KIND: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
     BLOCK_N: tl.constexpr,
     EVEN_D: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
@@ -255,20 +307,20 @@ def _fwd_inner(
         for t in tl.range(start, end):
             start_n = _list_start(idx_ptr, t, SPARSE_K // BLOCK_N, SPARSE_K, BLOCK_N)
             acc, m_i, l_i, row_bad = _fwd_step(
-                acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, start_n,
-                offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale,
+                acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, start_n, offs_m,
+                offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
                 head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
                 stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK,
-                MASK_KIND, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+                MASK_KIND, HAS_SOFTCAP, EVEN_D, DOT_PRECISION, UPCAST_DOT,
             )  # fmt: skip
     else:
         for start_n in tl.range(start, end, BLOCK_N):
             acc, m_i, l_i, row_bad = _fwd_step(
-                acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, start_n,
-                offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale,
+                acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, start_n, offs_m,
+                offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
                 head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
                 stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK,
-                MASK_KIND, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+                MASK_KIND, HAS_SOFTCAP, EVEN_D, DOT_PRECISION, UPCAST_DOT,
             )  # fmt: skip
     return acc, m_i, l_i, row_bad
 
@@ -313,7 +365,7 @@ def _key_ranges(
 @triton.jit
 def _fwd_rows(
     q, k_base, v_base, km_base, am_base, FullNum, FullIdx, PartNum, PartIdx, m_start, b64, h,
-    offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
+    offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap, head_dim,
     stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn,
     stride_snb, stride_snh, stride_sib, stride_sih, stride_sir,
     GUARD: tl.constexpr,
@@ -321,6 +373,7 @@ def _fwd_rows(
     HAS_WINDOW_RIGHT: tl.constexpr,
     HAS_KEY_MASK: tl.constexpr,
     MASK_KIND: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
     SPARSE: tl.constexpr,
     SPARSE_Q: tl.constexpr,
     SPARSE_K: tl.constexpr,
@@ -350,17 +403,17 @@ def _fwd_rows(
         n_part = tl.load(PartNum + num_off) * SUB
         acc, m_i, l_i, row_bad = _fwd_inner(
             acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, 0, n_full,
-            FullIdx + idx_off, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left,
-            window_right, qk_scale, head_dim, stride_kn, stride_kd, stride_vn, stride_vd,
-            stride_kmn, stride_amm, stride_amn, False, GUARD, True, SPARSE_K, HAS_WINDOW_LEFT,
-            HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_N, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+            FullIdx + idx_off, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right,
+            qk_scale, softcap, head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn,
+            stride_amm, stride_amn, False, GUARD, True, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
+            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, EVEN_D, DOT_PRECISION, UPCAST_DOT,
         )  # fmt: skip
         acc, m_i, l_i, row_bad = _fwd_inner(
             acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, 0, n_part,
-            PartIdx + idx_off, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left,
-            window_right, qk_scale, head_dim, stride_kn, stride_kd, stride_vn, stride_vd,
-            stride_kmn, stride_amm, stride_amn, True, GUARD, True, SPARSE_K, HAS_WINDOW_LEFT,
-            HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_N, False, DOT_PRECISION, UPCAST_DOT,
+            PartIdx + idx_off, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right,
+            qk_scale, softcap, head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn,
+            stride_amm, stride_amn, True, GUARD, True, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
+            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, DOT_PRECISION, UPCAST_DOT,
         )  # fmt: skip
     else:
         lo, full_lo, full_hi, hi = _key_ranges(
@@ -368,25 +421,25 @@ def _fwd_rows(
             BLOCK_M, BLOCK_N, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
         )  # fmt: skip
         acc, m_i, l_i, row_bad = _fwd_inner(
-            acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, lo, full_lo,
-            FullIdx, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right,
-            qk_scale, head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn,
-            stride_amm, stride_amn, True, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT,
-            HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_N, False, DOT_PRECISION, UPCAST_DOT,
+            acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, lo, full_lo, FullIdx,
+            offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
+            head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
+            stride_amn, True, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
+            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, DOT_PRECISION, UPCAST_DOT,
         )  # fmt: skip
         acc, m_i, l_i, row_bad = _fwd_inner(
-            acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, full_lo, full_hi,
-            FullIdx, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right,
-            qk_scale, head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn,
-            stride_amm, stride_amn, False, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT,
-            HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_N, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+            acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, full_lo, full_hi, FullIdx,
+            offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
+            head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
+            stride_amn, False, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
+            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, EVEN_D, DOT_PRECISION, UPCAST_DOT,
         )  # fmt: skip
         acc, m_i, l_i, row_bad = _fwd_inner(
-            acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, full_hi, hi,
-            FullIdx, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right,
-            qk_scale, head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn,
-            stride_amm, stride_amn, True, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT,
-            HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, BLOCK_N, False, DOT_PRECISION, UPCAST_DOT,
+            acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, full_hi, hi, FullIdx,
+            offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
+            head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
+            stride_amn, True, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
+            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, DOT_PRECISION, UPCAST_DOT,
         )  # fmt: skip
 
     return acc, m_i, l_i, row_bad
@@ -408,6 +461,7 @@ def _attn_fwd(
     PartNum,
     PartIdx,
     qk_scale,
+    softcap,  # the cap of HAS_SOFTCAP (natural-log units); unused otherwise
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -429,6 +483,7 @@ def _attn_fwd(
     HAS_WINDOW_RIGHT: tl.constexpr,
     HAS_KEY_MASK: tl.constexpr,
     MASK_KIND: tl.constexpr,  # 0 none, 1 bool (True = attend), 2 additive float
+    HAS_SOFTCAP: tl.constexpr,  # scores capped as softcap·tanh(s / softcap)
     SPARSE: tl.constexpr,  # walk the tile lists of safeattn.block_mask (key_mask/attn_mask)
     SPARSE_Q: tl.constexpr,
     SPARSE_K: tl.constexpr,
@@ -480,12 +535,12 @@ def _attn_fwd(
     am_base = AttnMask + b64 * stride_amb + h.to(tl.int64) * stride_amh
 
     acc, m_i, l_i, row_bad = _fwd_rows(
-        q, k_base, v_base, km_base, am_base, FullNum, FullIdx, PartNum, PartIdx, m_start, b64,
-        h, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, head_dim,
-        stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn,
-        stride_snb, stride_snh, stride_sib, stride_sih, stride_sir, False,
-        HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, SPARSE, SPARSE_Q,
-        SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+        q, k_base, v_base, km_base, am_base, FullNum, FullIdx, PartNum, PartIdx, m_start, b64, h,
+        offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
+        head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn,
+        stride_snb, stride_snh, stride_sib, stride_sih, stride_sir, False, HAS_WINDOW_LEFT,
+        HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M,
+        BLOCK_N, BLOCK_D, EVEN_D, DOT_PRECISION, UPCAST_DOT,
     )  # fmt: skip
     # NOTE: excluded values — a non-finite accumulator means NaN/Inf in V reached the
     # product, whether from an allowed key (the guard marks the row) or an excluded one (the
@@ -496,13 +551,13 @@ def _attn_fwd(
         acc_bad = tl.max(((acc != acc) | (tl.abs(acc) == float("inf"))).to(tl.int32))
         if acc_bad > 0:
             acc, m_i, l_i, row_bad = _fwd_rows(
-                q, k_base, v_base, km_base, am_base, FullNum, FullIdx, PartNum, PartIdx,
-                m_start, b64, h, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left,
-                window_right, qk_scale, head_dim, stride_kn, stride_kd, stride_vn, stride_vd,
-                stride_kmn, stride_amm, stride_amn, stride_snb, stride_snh, stride_sib,
-                stride_sih, stride_sir, True, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK,
-                MASK_KIND, SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D,
-                DOT_PRECISION, UPCAST_DOT,
+                q, k_base, v_base, km_base, am_base, FullNum, FullIdx, PartNum, PartIdx, m_start,
+                b64, h, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right,
+                qk_scale, softcap, head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn,
+                stride_amm, stride_amn, stride_snb, stride_snh, stride_sib, stride_sih, stride_sir,
+                True, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP,
+                SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, DOT_PRECISION,
+                UPCAST_DOT,
             )  # fmt: skip
 
     # NOTE: empty rows — l_i == 0 exactly when no key was allowed.

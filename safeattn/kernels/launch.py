@@ -119,6 +119,7 @@ class Meta:
     deterministic: bool
     sparse_q: int = 0  # tile of the block-mask summary (0: no summary, analytic ranges)
     sparse_k: int = 0
+    softcap: float = 0.0  # 0.0: off (no HAS_SOFTCAP specialisation)
 
     @property
     def sparse(self) -> bool:
@@ -135,8 +136,12 @@ class Meta:
     def flags(self) -> tuple[tuple[str, int], ...]:
         """What a config choice depends on besides kernel, dtype and sizes: the kernels'
         feature specialisations, and ``deterministic`` (single-config mode). Named, so that
-        a tuning table's keys read without this file (``tuning.key_text``)."""
-        return (
+        a tuning table's keys read without this file (``tuning.key_text``).
+
+        ``softcap`` is named only when on: the keys of calls without a cap stay those the
+        committed tables were swept under, and a capped call's key (absent from them) goes to
+        the cache or the tuner like any key a table lacks."""
+        flags = (
             ("varlen", int(self.varlen)),
             ("bottom_right", int(self.bottom_right)),
             ("window_left", int(self.window_left >= 0)),
@@ -146,6 +151,7 @@ class Meta:
             ("sparse", int(self.sparse)),
             ("deterministic", int(self.deterministic)),
         )
+        return (*flags, ("softcap", 1)) if self.softcap > 0 else flags
 
 
 def _constexprs(meta: Meta, dtype: torch.dtype, cfg: KernelConfig) -> dict:
@@ -157,6 +163,7 @@ def _constexprs(meta: Meta, dtype: torch.dtype, cfg: KernelConfig) -> dict:
         HAS_WINDOW_RIGHT=meta.window_right >= 0,
         HAS_KEY_MASK=meta.has_key_mask,
         MASK_KIND=meta.mask_kind,
+        HAS_SOFTCAP=meta.softcap > 0,
         SPARSE=meta.sparse,
         SPARSE_Q=max(meta.sparse_q, cfg.block_m),  # unused unless SPARSE
         SPARSE_K=max(meta.sparse_k, cfg.block_n),
@@ -250,7 +257,7 @@ def _describe_problem(dtype, meta: Meta) -> str:
     return (
         f"dtype={dtype}, head_dim={meta.head_dim}, Nq={meta.seq_q}, Nk={meta.seq_k}, "
         f"varlen={meta.varlen}, window=({meta.window_left}, {meta.window_right}), "
-        f"key_mask={meta.has_key_mask}, mask_kind={meta.mask_kind}, "
+        f"key_mask={meta.has_key_mask}, mask_kind={meta.mask_kind}, softcap={meta.softcap}, "
         f"deterministic={meta.deterministic}"
     )
 

@@ -31,7 +31,7 @@ _NAMESPACE = "safeattn"
 def _meta(
     q: Tensor, k: Tensor, key_mask: Tensor | None, varlen: bool, batch: int, max_seqlen_q: int,
     max_seqlen_k: int, bottom_right: bool, window_left: int, window_right: int, mask_kind: int,
-    scale: float, deterministic: bool, block_q: int, block_k: int,
+    scale: float, softcap: float, deterministic: bool, block_q: int, block_k: int,
 ) -> launch.Meta:  # fmt: skip
     if varlen:  # q (total_q, Hq, D), k (total_k, Hkv, D)
         heads_q, heads_kv, seq_q, seq_k = q.shape[1], k.shape[1], max_seqlen_q, max_seqlen_k
@@ -43,6 +43,7 @@ def _meta(
         seq_k=seq_k, head_dim=q.shape[-1], bottom_right=bottom_right, window_left=window_left,
         window_right=window_right, has_key_mask=key_mask is not None, mask_kind=mask_kind,
         scale=scale, deterministic=deterministic, sparse_q=block_q, sparse_k=block_k,
+        softcap=softcap,
     )  # fmt: skip
 
 
@@ -74,15 +75,18 @@ def attn_fwd(
     window_right: int,
     mask_kind: int,
     scale: float,
+    softcap: float,
     deterministic: bool,
     block_q: int,
     block_k: int,
 ) -> tuple[Tensor, Tensor]:
     """Forward kernel: ``(out, lse2)``, out like q (same layout), lse2 float32 log2-domain
     (B, Hq, Nq), or (Hq, total_q) varlen. Arguments as validated by ``safeattn._inputs``
-    (``batch`` is read only for varlen; ``block_q``/``block_k`` are 0 without tiles)."""
+    (``batch`` is read only for varlen; ``block_q``/``block_k`` are 0 without tiles;
+    ``softcap`` 0.0 = off)."""
     meta = _meta(q, k, key_mask, varlen, batch, max_seqlen_q, max_seqlen_k, bottom_right,
-                 window_left, window_right, mask_kind, scale, deterministic, block_q, block_k)
+                 window_left, window_right, mask_kind, scale, softcap, deterministic, block_q,
+                 block_k)  # fmt: skip
     return passes.forward(
         q, k, v, key_mask, attn_mask, cu_seqlens_q, cu_seqlens_k, meta,
         _summary(tiles, block_q, block_k),
@@ -117,13 +121,15 @@ def attn_bwd(
     window_right: int,
     mask_kind: int,
     scale: float,
+    softcap: float,
     deterministic: bool,
     block_q: int,
     block_k: int,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Backward kernels: ``(dq, dk, dv)`` shaped (and laid out) like q, k, v."""
     meta = _meta(q, k, key_mask, varlen, batch, max_seqlen_q, max_seqlen_k, bottom_right,
-                 window_left, window_right, mask_kind, scale, deterministic, block_q, block_k)
+                 window_left, window_right, mask_kind, scale, softcap, deterministic, block_q,
+                 block_k)  # fmt: skip
     return passes.backward(
         q, k, v, out, dout, lse2, key_mask, attn_mask, cu_seqlens_q, cu_seqlens_k, meta,
         _summary(tiles, block_q, block_k),
@@ -138,7 +144,7 @@ def _(q, k, v, *args):
 # attn_fwd's arguments after q, k, v: four optional tensors, the tile list, then these.
 _SCALARS = (
     "varlen", "batch", "max_seqlen_q", "max_seqlen_k", "bottom_right", "window_left",
-    "window_right", "mask_kind", "scale", "deterministic", "block_q", "block_k",
+    "window_right", "mask_kind", "scale", "softcap", "deterministic", "block_q", "block_k",
 )  # fmt: skip
 
 
@@ -193,7 +199,8 @@ def run(p, summary: BlockSummary | None) -> tuple[Tensor, Tensor]:
         mask_kind = 1 if p.attn_mask.dtype == torch.bool else 2
     block_q, block_k = (summary.block_q, summary.block_k) if summary is not None else (0, 0)
     scalars = (p.varlen, p.batch, p.seq_q, p.seq_k, p.bottom_right, p.window_left,
-               p.window_right, mask_kind, p.scale, p.deterministic, block_q, block_k)  # fmt: skip
+               p.window_right, mask_kind, p.scale, p.softcap, p.deterministic, block_q,
+               block_k)  # fmt: skip
     if not torch.compiler.is_compiling():
         meta = _meta(p.q, p.k, p.key_mask, *scalars)
         return _Eager.apply(p.q, p.k, p.v, p.key_mask, p.attn_mask, p.cu_seqlens_q,

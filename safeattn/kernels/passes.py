@@ -95,7 +95,7 @@ def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None):
     cu_k = cu_k if cu_k is not None else q
     tiles = _tile_args(summary, False, q)
     args = (
-        q, k, v, out, lse2, km, am, cu_q, cu_k, *tiles[:4], meta.scale * _LOG2E,
+        q, k, v, out, lse2, km, am, cu_q, cu_k, *tiles[:4], meta.scale * _LOG2E, meta.softcap,
         *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
         *_dense_strides(v, meta.varlen), *_dense_strides(out, meta.varlen),
         *_lse_strides(lse2, meta.varlen), *km_s, *am_s, *tiles[4:],
@@ -132,7 +132,7 @@ def backward(q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, meta: Me
     pre_grid = lambda c: (triton.cdiv(meta.seq_q, c.block_m), meta.batch * meta.heads_q)
     launch.launch_preprocess(pre_args, pre_grid, meta, dt, dev)
 
-    common = (meta.scale * _LOG2E, meta.scale)
+    common = (meta.scale * _LOG2E, meta.scale, meta.softcap)
     tiles_t = _tile_args(summary, True, q)
     # Where a row can be empty, the dK/dV kernel flags its programs whose results leaked
     # NaN/Inf from an empty row, and a second launch redoes them (backward._bwd_dkdv).
