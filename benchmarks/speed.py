@@ -150,9 +150,11 @@ PADDINGS: list[str] = list(workloads.PADDING_LABELS)
 SPEED_PARAM_NAMES = (metrics.IMPL_PARAM, "dtype", "head_dim", "seq_len", "causal", "gqa")
 MASKED_PARAM_NAMES = (metrics.IMPL_PARAM, "dtype", "head_dim", "mask")
 MODEL_PARAM_NAMES = (metrics.IMPL_PARAM, "seq_len", "padding")
+FEATURE_PARAM_NAMES = (metrics.IMPL_PARAM, "dtype", "feature")  # features.FeatureSpeedSuite
 _SUITE_OF_TAG = {
     "speed": ("speed.SpeedSuite", SPEED_PARAM_NAMES),
     "masked-speed": ("speed.MaskedSpeedSuite", MASKED_PARAM_NAMES),
+    "feature-speed": ("features.FeatureSpeedSuite", FEATURE_PARAM_NAMES),
 }
 
 # Tiny interpreter problem: (B, H, N, D), float32.
@@ -200,17 +202,20 @@ def _masked_times(impl: str, dtype: str, head_dim: int, mask: str):
     return _time_passes("masked-speed", combo, case.call, case.inputs, guard_compiles=True)
 
 
-def _time_passes(tag: str, combo: tuple, fn, inputs: tuple, guard_compiles: bool = False):
+def _time_passes(
+    tag: str, combo: tuple, fn, inputs: tuple, guard_compiles: bool = False, leaves: tuple = ()
+):
     """{pass: [ms, ...]} of ``fn(q, k, v)`` on ``inputs`` = (q, k, v, grad_out), for the
     implementation ``combo[0]``: an untimed forward+backward (compile, autotune, or raise
     if it cannot run), then forward, backward (one graph replayed) and forward+backward.
-    ``guard_compiles``: fail rather than time a torch.compile recompile."""
+    ``guard_compiles``: fail rather than time a torch.compile recompile. ``leaves``: further
+    tensors that fn's backward gives a gradient (reset to None before each call, as q, k, v)."""
     import torch
 
     impl = combo[0]
     samples = 10 if quick() else 30
     q, k, v, grad_out = inputs
-    grads = [q, k, v]
+    grads = [q, k, v, *leaves]
     own = impl == metrics.OWN_IMPL
     before = tuner_timings() if own else {}
     with impl_context(impl):

@@ -23,10 +23,12 @@ from .stats import worse_ratio
 SPEED_SUITE = "speed.SpeedSuite"
 MASKED_SUITE = "speed.MaskedSpeedSuite"
 MODEL_SUITE = "speed.ModelStepSuite"
+FEATURE_SUITE = "features.FeatureSpeedSuite"
 SUITE_SHAPES: dict[str, tuple[str, ...]] = {
     SPEED_SUITE: ("dtype", "head_dim", "seq_len", "causal", "gqa"),
     MASKED_SUITE: ("dtype", "head_dim", "mask"),
     MODEL_SUITE: ("seq_len", "padding"),
+    FEATURE_SUITE: ("dtype", "feature"),
 }
 # Every peer suite's shape parameters, in that order.
 SHAPE_PARAMS: tuple[str, ...] = tuple(dict.fromkeys(k for ks in SUITE_SHAPES.values() for k in ks))

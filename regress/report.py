@@ -24,6 +24,7 @@ import pandas as pd
 from . import aa, workloads
 from .metrics import METRICS, OWN_IMPL, PEERS
 from .ratios import (
+    FEATURE_SUITE,
     MASKED_SUITE,
     MODEL_SUITE,
     SPEED_SUITE,
@@ -250,6 +251,46 @@ def model_step_table(loaded: LoadedResults, machine: str) -> str:
     return "\n".join(lines)
 
 
+def feature_table(loaded: LoadedResults, machine: str) -> str:
+    """FeatureSpeedSuite at the machine's newest commit with its results: per feature and
+    pass, each implementation's bf16 time in ms and, in parentheses, that time over the same
+    implementation's plain time (the feature's cost: 1.00 = free); '' when there is none."""
+    commit, rows = suite_rows(loaded, machine, FEATURE_SUITE)
+    if commit is None or rows.empty:
+        return ""
+    impls = [OWN_IMPL, *(p for p in PEERS if p in set(rows["impl"]))]
+    rows = rows[rows["dtype"] == "bfloat16"]
+    shape = workloads.FEATURE_SHAPE
+    lines = [
+        f"Feature cost on `{machine}` at `{commit[:8]}` (B={shape.batch}, H={shape.heads}, "
+        f"N={shape.seq_len}, D={shape.head_dim}, non-causal, bf16): ms, and in parentheses "
+        "the time over the same implementation's plain time (– = the implementation lacks "
+        "the feature or refused it):",
+        "",
+        "| feature | pass | " + " | ".join(impls) + " |",
+        "|---|---|" + "---|" * len(impls),
+    ]
+    for metric in SPEED_PASSES:
+        times = rows[rows["metric"] == metric].pivot_table(
+            index="feature", columns="impl", values="value", aggfunc="first"
+        )
+        plain = times.loc["none"] if "none" in times.index else pd.Series(dtype=float)
+        for feature in [f for f in workloads.FEATURES if f in times.index]:
+            cells = []
+            for impl in impls:
+                value = times.loc[feature].get(impl, math.nan)
+                base = plain.get(impl, math.nan)
+                text = _ms(value)
+                if feature != "none" and math.isfinite(value) and math.isfinite(base) and base > 0:
+                    text += f" ({value / base:.2f})"
+                cells.append(text)
+            pass_name = metric.removesuffix("_ms")
+            lines.append(f"| {feature} | {pass_name} | " + " | ".join(cells) + " |")
+    lines += ["", "Features:"]
+    lines += [f"- `{f}`: {label}" for f, label in workloads.FEATURES.items()]
+    return "\n".join(lines)
+
+
 def readme_block(results_dir: str | Path) -> str:
     """Every table this module makes, for each machine with results, in machine order."""
     loaded = load_results(results_dir)
@@ -259,6 +300,7 @@ def readme_block(results_dir: str | Path) -> str:
             speed_table(loaded, machine),
             masked_table(loaded, machine),
             model_step_table(loaded, machine),
+            feature_table(loaded, machine),
             numerics_table(loaded, machine),
         ]
     parts = [p for p in parts if p]

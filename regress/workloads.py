@@ -1,5 +1,6 @@
-"""The masked-attention workloads of ``speed.MaskedSpeedSuite`` and ``speed.ModelStepSuite``:
-shapes, paddings, document lengths, attended-pair counts and readable labels.
+"""The workloads of ``speed.MaskedSpeedSuite``, ``speed.ModelStepSuite`` and
+``features.FeatureSpeedSuite``: shapes, paddings, document lengths, attended-pair counts,
+features and readable labels.
 
 One source of truth for the facts that the benchmarks (which build the masks:
 ``benchmarks/_masks.py``, ``benchmarks/_llama.py``), the README report and the dashboard
@@ -7,7 +8,7 @@ One source of truth for the facts that the benchmarks (which build the masks:
 benchmarks load it by file path as they load :mod:`regress.metrics`, and the
 dashboard image, which has no ``benchmarks/``, imports it.
 
-Every workload is causal (top-left, as PyTorch's ``is_causal``) and has H·D = 2048
+Every masked workload is causal (top-left, as PyTorch's ``is_causal``) and has H·D = 2048
 (:func:`heads_for`), as the dense GPU speed grid (DESIGN.md). Left padding puts a batch
 element's padding tokens first, as a decoder batch padded by Hugging Face's tokenizers with
 ``padding_side="left"``: with causal masking, the query rows of the padding then see no key
@@ -180,3 +181,30 @@ def model_padding(padding: str, seq_len: int) -> tuple[int, ...]:
     if padding == "left":
         return left_padding(MODEL_BATCH, seq_len, MODEL_MAX_PADDING)
     raise ValueError(f"unknown padding {padding!r}; known: {list(PADDING_LABELS)}")
+
+
+# --- features.FeatureSpeedSuite ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FeatureShape:
+    """The one shape of ``features.FeatureSpeedSuite``: dense, non-causal (SDPA takes no
+    ``is_causal`` beside a bias), H·D = 2048 as every GPU shape."""
+
+    batch: int = 4
+    heads: int = 16
+    seq_len: int = 4096
+    head_dim: int = 128
+
+
+FEATURE_SHAPE = FeatureShape()
+FEATURE_SOFTCAP = 50.0  # Gemma 2's attention cap
+FEATURE_DROPOUT_P = 0.1
+# The features safeattn shares with some peer (issue 16), and "none" (the plain kernel each
+# feature's cost is measured against).
+FEATURES: dict[str, str] = {
+    "none": "plain attention",
+    "softcap": f"logit soft-capping, cap {FEATURE_SOFTCAP:g}",
+    "dropout": f"dropout p={FEATURE_DROPOUT_P:g}",
+    "bias_grad": "additive bias (1, H, N, N) with its gradient",
+}

@@ -17,6 +17,7 @@ from regress import workloads
 from regress.asv_files import format_param_key
 from regress.metrics import IMPL_PARAM, OWN_IMPL, PEERS
 from regress.ratios import (
+    FEATURE_SUITE,
     MASKED_SUITE,
     MODEL_SUITE,
     SPEED_SUITE,
@@ -108,6 +109,9 @@ PEER_SUITES: dict[str, PeerSuite] = {
                             {"forward_ms": "fwd", "backward_ms": "bwd"}),
     MODEL_SUITE: PeerSuite("Training step of a small decoder", SUITE_SHAPES[MODEL_SUITE],
                            {"step_ms": "step"}),
+    FEATURE_SUITE: PeerSuite("Features (soft-capping, dropout, bias gradient)",
+                             SUITE_SHAPES[FEATURE_SUITE],
+                             {"forward_ms": "fwd", "backward_ms": "bwd"}),
 }
 PEER_BENCHMARKS: tuple[str, ...] = tuple(
     f"{suite}.track_{metric}" for suite, spec in PEER_SUITES.items() for metric in spec.passes

@@ -14,7 +14,8 @@ from pathlib import Path
 # anything longer). The order is the order a run measures them in: GPU suites first,
 # cheapest first, so that a time budget (--budget-s) cuts the most expensive one, the
 # masked-attention suites (issue 11) after the established four, so that a budgeted history
-# run still measures those first; CPU-capable suites after them.
+# run still measures those first, the features' suite (issue 16) last; CPU-capable suites
+# after them.
 SUITES: dict[str, str] = {
     "LiveResourcesSuite": "resources.LiveResourcesSuite.",
     "SpeedSuite": "speed.SpeedSuite.",
@@ -22,6 +23,7 @@ SUITES: dict[str, str] = {
     "NumericsSuite": "numerics.NumericsSuite.",
     "ModelStepSuite": "speed.ModelStepSuite.",
     "MaskedSpeedSuite": "speed.MaskedSpeedSuite.",
+    "FeatureSpeedSuite": "features.FeatureSpeedSuite.",
     "StaticAuditSuite": "resources.StaticAuditSuite.",
     "InterpreterSpeedSuite": "speed.InterpreterSpeedSuite.",
     "InterpreterNumericsSuite": "numerics.InterpreterNumericsSuite.",
@@ -35,6 +37,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "NumericsSuite",
         "ModelStepSuite",
         "MaskedSpeedSuite",
+        "FeatureSpeedSuite",
     ),
     # Run anywhere; their figures do not depend on the GPU (the static audit cross-compiles
     # for every architecture), so a CPU machine can record them for every commit.
