@@ -12,7 +12,14 @@ import copy
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+from transformers import (
+    Gemma2Config,
+    Gemma2ForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+)
 
 import safeattn.integrations.transformers as sa_hf
 
@@ -28,13 +35,18 @@ def _config(kind: str):
     )  # fmt: skip
     if kind == "mistral":  # a sliding-window model: the window is part of the mask
         return MistralConfig(sliding_window=5, **common)
+    if kind == "gemma2":  # logit soft-capping (a low cap, so that it changes the result)
+        return Gemma2Config(
+            head_dim=16, attn_logit_softcapping=0.5, final_logit_softcapping=None,
+            query_pre_attn_scalar=16, sliding_window=5, **common,
+        )  # fmt: skip
     return LlamaConfig(**common)
 
 
 def _pair(kind: str, device: str):
     """(safeattn model, eager model) with the same float32 weights."""
     sa_hf.register()
-    cls = MistralForCausalLM if kind == "mistral" else LlamaForCausalLM
+    cls = {"mistral": MistralForCausalLM, "gemma2": Gemma2ForCausalLM}.get(kind, LlamaForCausalLM)
     torch.manual_seed(0)
     cfg = _config(kind)
     ours = cls._from_config(copy.deepcopy(cfg), attn_implementation="safeattn")
@@ -68,7 +80,7 @@ def calls(monkeypatch):
     return seen
 
 
-@pytest.mark.parametrize("kind", ["llama", "mistral"])
+@pytest.mark.parametrize("kind", ["llama", "mistral", "gemma2"])
 def test_logits_and_gradients_match_eager(kind, device, calls):
     ours, eager = _pair(kind, device)
     ids, mask = _batch(device)
@@ -123,10 +135,9 @@ def test_nan_in_padding_stays_out(device):
     "kwargs,match",
     [
         (dict(dropout=0.1), "dropout"),
-        (dict(softcap=30.0), "softcap"),
         (dict(s_aux=torch.zeros(4)), "s_aux"),
     ],
-    ids=["dropout", "softcap", "sinks"],
+    ids=["dropout", "sinks"],
 )
 def test_unsupported_features_are_refused(kwargs, match):
     q = torch.randn(1, 4, 3, 8)

@@ -7,6 +7,7 @@
 
 Works for models that call attention through transformers' attention interface (Llama,
 Mistral, Qwen, Gemma, ... : ``ALL_ATTENTION_FUNCTIONS[config._attn_implementation]``).
+Gemma 2's logit soft-capping (``softcap``) runs in safeattn's kernels.
 Masks are built as for ``"sdpa"`` (transformers' ``sdpa_mask``: a (B, 1, Nq, Nk) bool mask,
 True = attend, or None where plain causal attention is exact), so padding, causal and
 sliding-window models get the same mask SDPA would; safeattn then takes its block-sparse
@@ -18,7 +19,7 @@ output exactly 0 instead of the garbage or NaN SDPA gives them, and NaN/Inf held
 key/value positions never reach a real token.
 
 Not supported (a clear error rather than a silent fallback): attention dropout > 0 in
-training, logit soft-capping, attention sinks, paged caches (continuous batching).
+training, attention sinks, paged caches (continuous batching).
 ``output_attentions=True`` returns no weights, as with ``"sdpa"``.
 """
 
@@ -54,18 +55,18 @@ def attention_forward(
             or an additive float mask broadcastable to (B, Hq, Nq, Nk).
         dropout: must be 0 (safeattn has no dropout yet).
         scaling: logit scale (default 1/sqrt(D)).
-        kwargs: ``position_bias`` (additive, broadcastable to (B, Hq, Nq, Nk)) is applied;
-            ``softcap``, ``s_aux`` (sinks) and paged ``cache`` objects are refused.
+        kwargs: ``position_bias`` (additive, broadcastable to (B, Hq, Nq, Nk)) and
+            ``softcap`` (Gemma 2's ``attn_logit_softcapping``; None = off) are applied;
+            ``s_aux`` (sinks) and paged ``cache`` objects are refused.
 
     Returns:
         (out (B, Nq, Hq, D) contiguous, None): the layout transformers' layers expect.
     """
-    for unsupported in ("softcap", "s_aux"):
-        if kwargs.get(unsupported) is not None:
-            raise NotImplementedError(
-                f"safeattn (transformers backend): `{unsupported}` is not supported.\n"
-                'HINT: use attn_implementation="eager" or "flex_attention" for this model.'
-            )
+    if kwargs.get("s_aux") is not None:
+        raise NotImplementedError(
+            "safeattn (transformers backend): `s_aux` (attention sinks) is not supported.\n"
+            'HINT: use attn_implementation="eager" or "flex_attention" for this model.'
+        )
     cache = kwargs.get("cache")
     if cache is not None and type(cache).__name__ == "PagedAttentionCache":
         raise NotImplementedError(
@@ -88,7 +89,10 @@ def attention_forward(
     if bias is not None:  # additive bias (T5-style): fold the bool mask into it
         bias = bias.to(torch.float32)
         mask = bias if mask is None else _as_additive(mask, bias)
-    out = attention(query, key, value, causal=causal, attn_mask=mask, scale=scaling)
+    softcap = kwargs.get("softcap")
+    out = attention(
+        query, key, value, causal=causal, attn_mask=mask, scale=scaling, softcap=softcap
+    )
     return out.transpose(1, 2).contiguous(), None
 
 
