@@ -154,6 +154,16 @@ class Meta:
         return (*flags, ("softcap", 1)) if self.softcap > 0 else flags
 
 
+def softcap_mode(softcap: float, dtype: torch.dtype, interpret: bool = INTERPRET) -> int:
+    """The kernels' HAS_SOFTCAP: 0 off; 1 tanh from exp2 (fp32 inputs, whose results must
+    stay within a few ulp, and the interpreter, which runs no inline assembly); 2 the GPU's
+    tanh.approx.f32 (fp16/bf16: ~2.3x cheaper a score than 1, an error below their own
+    rounding; ``forward._tanh_approx``)."""
+    if softcap <= 0:
+        return 0
+    return 1 if dtype == torch.float32 or interpret else 2
+
+
 def _constexprs(meta: Meta, dtype: torch.dtype, cfg: KernelConfig) -> dict:
     bd = configs.block_d(meta.head_dim)
     return dict(
@@ -163,7 +173,7 @@ def _constexprs(meta: Meta, dtype: torch.dtype, cfg: KernelConfig) -> dict:
         HAS_WINDOW_RIGHT=meta.window_right >= 0,
         HAS_KEY_MASK=meta.has_key_mask,
         MASK_KIND=meta.mask_kind,
-        HAS_SOFTCAP=meta.softcap > 0,
+        HAS_SOFTCAP=softcap_mode(meta.softcap, dtype),
         SPARSE=meta.sparse,
         SPARSE_Q=max(meta.sparse_q, cfg.block_m),  # unused unless SPARSE
         SPARSE_K=max(meta.sparse_k, cfg.block_n),
