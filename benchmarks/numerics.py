@@ -81,10 +81,15 @@ def _impl(name: str):
 
         def call_flex(q, k, v, mask, scale, softcap=0.0):
             batch, heads, n_q, n_k = mask.shape
+            # The cap as a captured 0-d tensor: a Python float in the score_mod's closure
+            # becomes a symbolic input under dynamic=True, which the compiled flex_attention
+            # refuses (H200, torch 2.11: "all unwrapped values must be FakeTensor, int, or
+            # SymInt"; CPU inductor: "unbacked_bindings").
+            cap_t = torch.tensor(float(softcap), device=q.device)
 
             def cap(score):
                 # FlexAttention's soft-capping recipe: a score_mod, before any bias.
-                return softcap * torch.tanh(score / softcap) if softcap else score
+                return cap_t * torch.tanh(score / cap_t) if softcap else score
 
             if mask.dtype == torch.bool:
                 block_mask = create_block_mask(
