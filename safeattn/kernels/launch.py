@@ -10,14 +10,12 @@ of this GPU, else the user's tuning cache, else the tuner, whose choice is then 
 (``tuning.py`` says why and where); single-config mode and the interpreter skip all three.
 :func:`config_sources` says which one each choice came from.
 
-CUDA graphs: a launch is capturable once its kernel is compiled and its config chosen.
-Neither can happen during a capture: choosing times candidates (``do_bench`` synchronises)
-and compiling loads a module (not permitted while a stream captures). So a tune key missing
-during a capture raises a RuntimeError asking for an eager warm-up call, rather than falling
-back to the first fitting candidate: that fallback would still compile inside the capture,
-and would launch a config the eager calls of the same shape do not, so the graph's results
-would differ from theirs (and from the next process's). A launch that fails during a
-capture (Triton compiling a new specialisation, e.g. for new strides) gets the same hint.
+CUDA graphs: a launch is capturable once its kernel is compiled and its config chosen;
+neither can happen during a capture (tuning synchronises, compiling loads a module). So a
+tune key missing during a capture raises a RuntimeError asking for an eager warm-up call,
+rather than falling back to a first fitting candidate, which would compile inside the
+capture and launch another config than the eager calls (other results). A launch that fails
+during a capture (a new specialisation, e.g. for new strides) gets the same hint.
 """
 
 from __future__ import annotations
@@ -136,11 +134,9 @@ class Meta:
     def flags(self) -> tuple[tuple[str, int], ...]:
         """What a config choice depends on besides kernel, dtype and sizes: the kernels'
         feature specialisations, and ``deterministic`` (single-config mode). Named, so that
-        a tuning table's keys read without this file (``tuning.key_text``).
-
-        ``softcap`` is named only when on: the keys of calls without a cap stay those the
-        committed tables were swept under, and a capped call's key (absent from them) goes to
-        the cache or the tuner like any key a table lacks."""
+        a tuning table's keys read without this file (``tuning.key_text``). ``softcap`` only
+        when on: uncapped keys stay those the tables were swept under; a capped key, absent
+        from them, goes to the cache or the tuner."""
         flags = (
             ("varlen", int(self.varlen)),
             ("bottom_right", int(self.bottom_right)),
@@ -155,13 +151,10 @@ class Meta:
 
 
 def softcap_mode(softcap: float, dtype: torch.dtype, interpret: bool = INTERPRET) -> int:
-    """The kernels' HAS_SOFTCAP: 0 off; 1 tanh from exp2 (fp32 inputs, whose results must
-    stay within a few ulp, and the interpreter, which runs no inline assembly); 2 the GPU's
-    tanh.approx.f32 (fp16/bf16: ~2.3x cheaper a score than 1, an error below their own
-    rounding; ``forward._tanh_approx``)."""
-    if softcap <= 0:
-        return 0
-    return 1 if dtype == torch.float32 or interpret else 2
+    """The kernels' HAS_SOFTCAP: 0 off; 1 tanh from exp2 (fp32, within a few ulp; the
+    interpreter, which runs no inline assembly); 2 the GPU's tanh.approx.f32 (fp16/bf16: an
+    error below their own rounding, far cheaper; ``forward._tanh_approx``)."""
+    return 0 if softcap <= 0 else 1 if dtype == torch.float32 or interpret else 2
 
 
 def _constexprs(meta: Meta, dtype: torch.dtype, cfg: KernelConfig) -> dict:
