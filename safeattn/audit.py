@@ -38,7 +38,6 @@ import torch
 from .gpu_limits import ARCHS, ArchLimits
 from .kernels import configs
 from .kernels.configs import KernelConfig
-from .kernels.launch import softcap_mode
 
 # Audited feature variants: "causal" exercises the fully-allowed and the diagonal paths of
 # the analytic ranges; "masked" is the block-mask path (safeattn.blockmask tile lists, which
@@ -156,7 +155,7 @@ def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: in
         HAS_WINDOW_RIGHT=True,
         HAS_KEY_MASK=masked,
         MASK_KIND=2 if masked else 0,
-        HAS_SOFTCAP=softcap_mode(1.0 if variant == "softcap" else 0.0, dtype, interpret=False),
+        HAS_SOFTCAP=variant == "softcap",
         SPARSE=masked,
         SPARSE_Q=_blockmask_tile() if masked else cfg.block_m,
         SPARSE_K=_blockmask_tile() if masked else cfg.block_n,

@@ -287,21 +287,11 @@ def test_a_softcap_call_has_a_key_of_its_own_that_the_tables_lack(gpu):
 
     kernel = Recording()
     assert run_forward(gpu, capped, kernel) == CANDIDATES[0]
-    assert source_of() == "tuned" and kernel.has_softcap in (1, 2)
+    assert source_of() == "tuned" and kernel.has_softcap is True
     launch.clear_choices()
     kernel = Recording()
     assert run_forward(gpu, META, kernel) == CANDIDATES[3]
-    assert source_of() == "table" and kernel.has_softcap == 0
-
-
-def test_softcap_mode_takes_the_hardware_tanh_for_16_bit_inputs_on_a_gpu_only():
-    """fp16/bf16 on a GPU: tanh.approx (2); fp32, whose results must stay within a few ulp,
-    and the interpreter, which runs no inline assembly: the exp2 tanh (1); off: 0."""
-    for dtype in (torch.float16, torch.bfloat16):
-        assert launch.softcap_mode(30.0, dtype, interpret=False) == 2
-        assert launch.softcap_mode(30.0, dtype, interpret=True) == 1
-        assert launch.softcap_mode(0.0, dtype, interpret=False) == 0
-    assert launch.softcap_mode(30.0, torch.float32, interpret=False) == 1
+    assert source_of() == "table" and kernel.has_softcap is False
 
 
 def test_the_interpreter_keeps_its_config_and_records_nothing(monkeypatch):

@@ -198,7 +198,7 @@ def _dkdv_step(
     sT = _scores(k, q, DOT_PRECISION, UPCAST_DOT) * qk_scale
     if HAS_SOFTCAP:
         # NOTE: soft-capping (forward.py): P from the capped scores, as the forward saw them.
-        sT, tT = _softcap(sT, softcap, HAS_SOFTCAP)
+        sT, tT = _softcap(sT, softcap)
     if MASKED:
         allowed, bias = _allowed_pairs(
             offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
@@ -558,7 +558,7 @@ def _dq_step(
     s = s * qk_scale  # after dP, as before _scores: keeps the compiled GPU code as it was
     if HAS_SOFTCAP:
         # NOTE: soft-capping (forward.py): P from the capped scores, as the forward saw them.
-        s, t = _softcap(s, softcap, HAS_SOFTCAP)
+        s, t = _softcap(s, softcap)
     if MASKED:
         allowed, bias = _allowed_pairs(
             offs_m, offs_n, n_q, n_k, diag, window_left, window_right,

@@ -13,8 +13,7 @@ NOTE: empty rows — a row whose every key is excluded keeps ``m = -inf``; expon
 taken against a safe maximum of 0 so that ``exp2(-inf - (-inf))`` (NaN) never occurs, the
 row's sum stays 0, its output is written as exactly 0 and its lse2 as -inf.
 
-NOTE: soft-capping (HAS_SOFTCAP, a constexpr: 0 compiles as before; 1 or 2 pick the tanh,
-``launch.softcap_mode``) — the
+NOTE: soft-capping (HAS_SOFTCAP, a constexpr: kernels without it compile as before) — the
 scores become ``softcap·tanh(s / softcap)`` (``_softcap``, in the log2 domain) right after
 ``q·k``: before an additive mask's bias and before masking, as FlashAttention-2,
 FlexAttention and Gemma 2 do. Excluded pairs are still replaced by -inf afterwards, whatever
@@ -148,7 +147,7 @@ def _fwd_step(
     s = _scores(q, k, DOT_PRECISION, UPCAST_DOT) * qk_scale
     if HAS_SOFTCAP:
         # NOTE: soft-capping (module docstring): the logits, before the bias and the masks.
-        s, _ = _softcap(s, softcap, HAS_SOFTCAP)
+        s, _ = _softcap(s, softcap)
     if MASKED:
         allowed, bias = _allowed_pairs(
             offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
@@ -208,12 +207,10 @@ def _tanh(x):
     and the interpreter). Exactly ±1 for ±inf and once e^{-2|x|} is below half an ulp of 1
     (|x| > ~9), NaN only for NaN: the exponential is e^{-2|x|} in (0, 1], never overflowing.
     Near 0, where ``1 - e^{-2|x|}`` loses digits, tanh's odd Taylor polynomial keeps the
-    relative error at a few ulp (the first omitted term is below 1e-8 relative there). The
-    division is IEEE-rounded (``div_rn``): the default fp32 division is approximate (2 ulp),
-    which left fp32 gradients just outside 3x PyTorch's own error on an H200."""
+    relative error at a few ulp (the first omitted term is below 1e-8 relative there)."""
     a = tl.abs(x)
     e = tl.math.exp2(a * (-2.0 * LOG2E))
-    t = tl.math.div_rn(1.0 - e, 1.0 + e)
+    t = (1.0 - e) / (1.0 + e)
     # Evaluated on |x| clamped to the polynomial's range: no overflow in the unused branch.
     a_small = tl.minimum(a, 0.25)
     x2 = a_small * a_small
@@ -225,18 +222,7 @@ def _tanh(x):
 
 
 @triton.jit
-def _tanh_approx(x):
-    """The GPU's ``tanh.approx.f32`` (sm75+): one special-function instruction instead of
-    :func:`_tanh`'s exponential, division and polynomial. Its relative error (~2^-11) is
-    below what rounding P to 16 bits for the dots costs, so fp16/bf16 use it; fp32 and the
-    interpreter (no inline assembly) use :func:`_tanh`. NaN for NaN, ±1 for ±inf."""
-    return tl.inline_asm_elementwise(
-        "tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1
-    )
-
-
-@triton.jit
-def _softcap(s, softcap, SOFTCAP_MODE: tl.constexpr):
+def _softcap(s, softcap):
     """Soft-capping of log2-domain scores ``s = q·k · scale·log2(e)`` -> (capped scores in the
     log2 domain, ``tanh(q·k·scale / softcap)``; the backward's derivative is 1 - tanh²).
 
@@ -246,15 +232,9 @@ def _softcap(s, softcap, SOFTCAP_MODE: tl.constexpr):
 
     An infinite score (an Inf in a q or k row) comes out NaN, not ±c: tanh(±inf) = ±1 would
     turn an attended non-finite input into a finite logit, against contract item 3. The
-    callers replace excluded pairs by -inf afterwards, so only attended pairs see the NaN.
-
-    ``SOFTCAP_MODE`` (the kernels' HAS_SOFTCAP): 1 = :func:`_tanh`, 2 = :func:`_tanh_approx`
-    (``launch.softcap_mode`` chooses)."""
+    callers replace excluded pairs by -inf afterwards, so only attended pairs see the NaN."""
     c = softcap * LOG2E
-    if SOFTCAP_MODE == 2:
-        t = _tanh_approx(s * (1.0 / c))
-    else:
-        t = _tanh(s * (1.0 / c))
+    t = _tanh(s * (1.0 / c))
     capped = tl.where(tl.abs(s) == float("inf"), float("nan"), c * t)
     return capped, t
 
@@ -503,7 +483,7 @@ def _attn_fwd(
     HAS_WINDOW_RIGHT: tl.constexpr,
     HAS_KEY_MASK: tl.constexpr,
     MASK_KIND: tl.constexpr,  # 0 none, 1 bool (True = attend), 2 additive float
-    HAS_SOFTCAP: tl.constexpr,  # scores capped as softcap·tanh(s / softcap); 1/2: which tanh
+    HAS_SOFTCAP: tl.constexpr,  # scores capped as softcap·tanh(s / softcap)
     SPARSE: tl.constexpr,  # walk the tile lists of safeattn.block_mask (key_mask/attn_mask)
     SPARSE_Q: tl.constexpr,
     SPARSE_K: tl.constexpr,

@@ -150,13 +150,6 @@ class Meta:
         return (*flags, ("softcap", 1)) if self.softcap > 0 else flags
 
 
-def softcap_mode(softcap: float, dtype: torch.dtype, interpret: bool = INTERPRET) -> int:
-    """The kernels' HAS_SOFTCAP: 0 off; 1 tanh from exp2 (fp32, within a few ulp; the
-    interpreter, which runs no inline assembly); 2 the GPU's tanh.approx.f32 (fp16/bf16: an
-    error below their own rounding, far cheaper; ``forward._tanh_approx``)."""
-    return 0 if softcap <= 0 else 1 if dtype == torch.float32 or interpret else 2
-
-
 def _constexprs(meta: Meta, dtype: torch.dtype, cfg: KernelConfig) -> dict:
     bd = configs.block_d(meta.head_dim)
     return dict(
@@ -166,7 +159,7 @@ def _constexprs(meta: Meta, dtype: torch.dtype, cfg: KernelConfig) -> dict:
         HAS_WINDOW_RIGHT=meta.window_right >= 0,
         HAS_KEY_MASK=meta.has_key_mask,
         MASK_KIND=meta.mask_kind,
-        HAS_SOFTCAP=softcap_mode(meta.softcap, dtype),
+        HAS_SOFTCAP=meta.softcap > 0,
         SPARSE=meta.sparse,
         SPARSE_Q=max(meta.sparse_q, cfg.block_m),  # unused unless SPARSE
         SPARSE_K=max(meta.sparse_k, cfg.block_n),
