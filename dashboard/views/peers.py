@@ -77,14 +77,19 @@ def peer_ratios(loaded: LoadedResults, machine: str, commit: str) -> pd.DataFram
     return out.sort_values(["benchmark", "peer", "shape"]).reset_index(drop=True)
 
 
+# Parameter values shown by their workload labels (a feature "none" reads "plain attention").
+_VALUE_LABELS: dict[str, dict[str, str]] = {
+    "mask": {k: w.label for k, w in workloads.MASK_WORKLOADS.items()},
+    "padding": workloads.PADDING_LABELS,
+    "feature": workloads.FEATURES,
+}
+
+
 def shape_label(params: dict[str, Any]) -> str:
-    """A peer row's shape for people: its parameters without ``impl``, a mask kind and a
-    padding by their workload labels: ``"dtype=bfloat16 head_dim=128 mask=left padding
+    """A peer row's shape for people: its parameters without ``impl``, a mask kind, a
+    padding and a feature by their workload labels: ``"dtype=bfloat16 head_dim=128 mask=left padding
     0–60 % + causal, ..."``."""
-    labels = {
-        "mask": {k: w.label for k, w in workloads.MASK_WORKLOADS.items()},
-        "padding": workloads.PADDING_LABELS,
-    }
+    labels = _VALUE_LABELS
     shown = {
         name: labels.get(name, {}).get(value, value)
         for name, value in params.items()
@@ -152,9 +157,7 @@ def peer_table(loaded: LoadedResults, machine: str, suite: str) -> tuple[str | N
     ordered = [*keys, *(f"{OWN_IMPL} {t} ms" for t in tags),
                *(f"{p} {t}" for p in peers for t in tags)]
     table = table[[c for c in ordered if c in table.columns]]
-    labels = {"mask": {k: w.label for k, w in workloads.MASK_WORKLOADS.items()},
-              "padding": workloads.PADDING_LABELS}
-    for key, names in labels.items():
+    for key, names in _VALUE_LABELS.items():
         if key in table.columns:
             table[key] = table[key].map(lambda v, names=names: names.get(v, v))
     return commit, table.rename(columns=KEY_TITLES)
