@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._attention import compiled_flex, dtype_of
+from ._attention import attention_inputs, compiled_flex, dtype_of
 from ._env import cuda_usable
 from ._grid import GRID_TIMEOUT_S, lookup, pass_tracker
 from ._truth import metrics, workloads
@@ -53,20 +53,6 @@ class FeatureCase:
     call: Callable[..., Any]
     inputs: tuple
     leaves: tuple = ()
-
-
-def feature_inputs(dtype_name: str):
-    """q, k, v (B, H, N, D) requiring grad and an upstream gradient, on cuda:0, seeded."""
-    import torch
-
-    s = workloads.FEATURE_SHAPE
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    shape = (s.batch, s.heads, s.seq_len, s.head_dim)
-    q, k, v, grad_out = (
-        torch.randn(shape, device="cuda", dtype=dtype_of(dtype_name), generator=gen)
-        for _ in range(4)
-    )
-    return q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), grad_out
 
 
 def trainable_bias(dtype_name: str):
@@ -146,7 +132,9 @@ def feature_case(feature: str, impl: str, dtype_name: str) -> FeatureCase:
         call = _sdpa_call(feature, bias)
     else:
         raise ValueError(f"benchmarks: unknown impl {impl!r}")
-    return FeatureCase(call, feature_inputs(dtype_name), () if bias is None else (bias,))
+    s = workloads.FEATURE_SHAPE  # SpeedSuite's inputs at that shape (B = 4, H = 16 there)
+    inputs = attention_inputs(impl, dtype_name, s.seq_len, s.head_dim, 1)
+    return FeatureCase(call, inputs, () if bias is None else (bias,))
 
 
 def _feature_times(impl: str, dtype: str, feature: str):

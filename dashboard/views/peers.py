@@ -89,9 +89,8 @@ def shape_label(params: dict[str, Any]) -> str:
     """A peer row's shape for people: its parameters without ``impl``, a mask kind, a
     padding and a feature by their workload labels: ``"dtype=bfloat16 head_dim=128 mask=left padding
     0–60 % + causal, ..."``."""
-    labels = _VALUE_LABELS
     shown = {
-        name: labels.get(name, {}).get(value, value)
+        name: _VALUE_LABELS.get(name, {}).get(value, value)
         for name, value in params.items()
         if name != IMPL_PARAM
     }
