@@ -10,6 +10,8 @@ marked ``gpu``. Tests marked ``slow`` run with ``--runslow`` and on CI (``CI=tru
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -26,6 +28,20 @@ def pytest_configure(config: pytest.Config) -> None:
     # Tuning choices made by tests (on a GPU shared by xdist workers: noise) must not reach
     # the user's tuning cache, which the next benchmark run on this machine would read.
     os.environ.setdefault("SAFEATTN_TUNING_CACHE", "0")
+    # Inductor's on-disk caches key a compiled graph by its FX graph, which names our
+    # operators but not their schemas: a graph compiled by another checkout (a branch whose
+    # attn_bwd took one more argument) was served here and called attn_bwd wrongly. Tests
+    # compile into a directory of their own, removed at the end.
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        config._safeattn_inductor_dir = tempfile.mkdtemp(prefix="safeattn-inductor-")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = config._safeattn_inductor_dir
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    own = getattr(config, "_safeattn_inductor_dir", None)
+    if own:
+        shutil.rmtree(own, ignore_errors=True)
+        del os.environ["TORCHINDUCTOR_CACHE_DIR"]
 
 
 # Files whose few tests run real asv or `make demo` (minutes each on CI's two cores),
