@@ -22,7 +22,7 @@ def gpu_problem(seq_len: int, head_dim: int, gqa: int) -> tuple[int, int, int]:
     B = 16384 // N tokens per batch and Hq = 2048 // D so that work per call is constant
     across shapes; ``gqa`` query heads share one key/value head."""
     heads_q = workloads.heads_for(head_dim)
-    return 16384 // seq_len, heads_q, heads_q // gqa
+    return workloads.batch_for(seq_len), heads_q, heads_q // gqa
 
 
 def attention_inputs(impl: str, dtype_name: str, seq_len: int, head_dim: int, gqa: int):

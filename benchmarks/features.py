@@ -132,7 +132,7 @@ def feature_case(feature: str, impl: str, dtype_name: str) -> FeatureCase:
         call = _sdpa_call(feature, bias)
     else:
         raise ValueError(f"benchmarks: unknown impl {impl!r}")
-    s = workloads.FEATURE_SHAPE  # SpeedSuite's inputs at that shape (B = 4, H = 16 there)
+    s = workloads.FEATURE_SHAPE  # SpeedSuite's inputs at that shape: its B and H too
     inputs = attention_inputs(impl, dtype_name, s.seq_len, s.head_dim, 1)
     return FeatureCase(call, inputs, () if bias is None else (bias,))
 

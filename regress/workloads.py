@@ -30,6 +30,14 @@ def heads_for(head_dim: int) -> int:
     return HEADS_TIMES_DIM // head_dim
 
 
+TOKENS_PER_CALL = 16384  # B·N of every dense GPU benchmark shape
+
+
+def batch_for(seq_len: int) -> int:
+    """Batch of a dense GPU benchmark shape: ``16384 // seq_len`` (4 at N=4096)."""
+    return TOKENS_PER_CALL // seq_len
+
+
 def left_padding(batch: int, seq_len: int, max_fraction: float) -> tuple[int, ...]:
     """Padding tokens per batch element, spread evenly from 0 (first element) to
     ``max_fraction`` of ``seq_len`` (last), rounded half up: ``left_padding(4, 2048, 0.5)``
@@ -189,12 +197,18 @@ def model_padding(padding: str, seq_len: int) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class FeatureShape:
     """The one shape of ``features.FeatureSpeedSuite``: dense, non-causal (SDPA takes no
-    ``is_causal`` beside a bias), H·D = 2048 as every GPU shape."""
+    ``is_causal`` beside a bias), B·N and H·D as every dense GPU shape (B=4, H=16)."""
 
-    batch: int = 4
-    heads: int = 16
     seq_len: int = 4096
     head_dim: int = 128
+
+    @property
+    def batch(self) -> int:
+        return batch_for(self.seq_len)
+
+    @property
+    def heads(self) -> int:
+        return heads_for(self.head_dim)
 
 
 FEATURE_SHAPE = FeatureShape()
