@@ -64,6 +64,17 @@ _HALF: dict[str, dict[int, list[KernelConfig]]] = {
                        256: [C(32, 16, 4, 1)]},
 }  # fmt: skip
 
+# The Hopper path's forward (kernels/hopper.py: sm90, fp16/bf16, TMA tiles), which the pointer
+# registers no longer crowd: 128-row tiles with 8 warps first, as Triton's fused-attention
+# tutorial tunes its Hopper forward; the tuner times them all on first use of a key.
+_HOPPER_FORWARD: dict[int, list[KernelConfig]] = {
+    32: [C(128, 128, 8, 3), C(128, 64, 4, 3), C(128, 128, 4, 3), C(64, 64, 4, 3)],
+    64: [C(128, 128, 8, 3), C(128, 64, 4, 3), C(128, 128, 4, 3), C(64, 64, 4, 3)],
+    128: [C(128, 128, 8, 2), C(128, 128, 8, 3), C(128, 64, 8, 3), C(128, 64, 4, 3),
+          C(64, 64, 4, 3)],
+    256: [C(128, 64, 8, 2), C(128, 32, 8, 2), C(64, 64, 4, 2)],
+}  # fmt: skip
+
 # fp32 (IEEE) tiles take twice the bytes and registers: smaller blocks.
 _FP32: dict[str, dict[int, list[KernelConfig]]] = {
     "forward": {
@@ -138,19 +149,24 @@ def candidates(
     dtype: torch.dtype,
     smem_limit: int | None = None,
     masked: bool = False,
+    tma: bool = False,
 ) -> list[KernelConfig]:
     """The shipped configs for one kernel, head-dim tile (16..256) and dtype, best first.
 
     ``smem_limit`` (the GPU's opt-in shared memory per block, bytes) drops the configs known
     to need more (:data:`_SMEM_NEEDED`); None keeps every config. ``masked``: the block-mask
     variant (a key_mask or attn_mask), which needs more shared memory for some configs.
+    ``tma``: the forward's Hopper path (fp16/bf16 only), :data:`_HOPPER_FORWARD`.
     """
     fp32 = dtype == torch.float32
     bucket = _bucket(head_dim_block)
+    if tma and (kernel != "forward" or fp32):
+        raise ValueError(f"safeattn: the Hopper path has no {kernel} configs for {dtype}")
     table = _FP32 if fp32 else _HALF
+    listed = _HOPPER_FORWARD[bucket] if tma else table[kernel][bucket]
     return [
         c
-        for c in table[kernel][bucket]
+        for c in listed
         if keep(c, kernel, head_dim_block)
         and (smem_limit is None or _SMEM_NEEDED.get((kernel, bucket, fp32, masked, c), 0)
              <= smem_limit)

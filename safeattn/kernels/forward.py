@@ -88,35 +88,27 @@ def _allowed_pairs(
 
 
 @triton.jit
+def _tma_tile(desc, b, h, row):
+    """The (rows, D) tile at row ``row`` of head (b, h) through a [1, 1, rows, D] tensor
+    descriptor (the Hopper path, kernels/hopper.py); out-of-bounds elements read as 0."""
+    t = desc.load([b, h, row, 0])
+    return t.reshape(t.shape[2], t.shape[3])
+
+
+@triton.jit
 def _fwd_step(
-    acc,
-    m_i,
-    l_i,
-    row_bad,
+    acc, m_i, l_i, row_bad,  # the online softmax's state
     q,
-    k_base,
-    v_base,
-    km_base,
-    am_base,
+    k_base, v_base, km_base, am_base,
+    DescK, DescV, kv_b, kv_h,  # USE_TMA: K/V descriptors, this program's batch and KV head
     start_n,
-    offs_m,
-    offs_n0,
-    offs_d,
-    n_q,
-    n_k,
-    diag,
-    window_left,
-    window_right,
+    offs_m, offs_n0, offs_d,
+    n_q, n_k, diag, window_left, window_right,
     qk_scale,
     softcap,
     head_dim,
-    stride_kn,
-    stride_kd,
-    stride_vn,
-    stride_vd,
-    stride_kmn,
-    stride_amm,
-    stride_amn,
+    stride_kn, stride_kd, stride_vn, stride_vd,
+    stride_kmn, stride_amm, stride_amn,
     MASKED: tl.constexpr,
     GUARD: tl.constexpr,
     HAS_WINDOW_LEFT: tl.constexpr,
@@ -125,25 +117,33 @@ def _fwd_step(
     MASK_KIND: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
     EVEN_D: tl.constexpr,
+    USE_TMA: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
-):
+):  # fmt: skip
     """One key block [start_n, start_n + BLOCK_N) into the online softmax. MASKED=False is
-    the plain path: every pair of the block may attend and every row and key is in range."""
+    the plain path: every pair of the block may attend and every row and key is in range.
+    USE_TMA: K and V tiles come through the descriptors DescK/DescV (kernels/hopper.py), at
+    (kv_b, kv_h, start_n); TMA reads rows past N and columns past D as 0, which is what the
+    masked loads below give, so everything after the loads is the same on both paths."""
     mask_d = offs_d < head_dim
     offs_n = start_n + offs_n0
-    k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
-    v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
-    if MASKED:
-        kv_mask = (offs_n < n_k)[:, None] & mask_d[None, :]
-        k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
-        v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
-    elif EVEN_D:
-        k = tl.load(k_ptrs)
-        v = tl.load(v_ptrs)
+    if USE_TMA:
+        k = _tma_tile(DescK, kv_b, kv_h, start_n)
+        v = _tma_tile(DescV, kv_b, kv_h, start_n)
     else:
-        k = tl.load(k_ptrs, mask=mask_d[None, :], other=0.0)
-        v = tl.load(v_ptrs, mask=mask_d[None, :], other=0.0)
+        k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
+        v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+        if MASKED:
+            kv_mask = (offs_n < n_k)[:, None] & mask_d[None, :]
+            k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
+            v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
+        elif EVEN_D:
+            k = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
+        else:
+            k = tl.load(k_ptrs, mask=mask_d[None, :], other=0.0)
+            v = tl.load(v_ptrs, mask=mask_d[None, :], other=0.0)
     s = _scores(q, k, DOT_PRECISION, UPCAST_DOT) * qk_scale
     if HAS_SOFTCAP:
         # NOTE: soft-capping (module docstring): the logits, before the bias and the masks.
@@ -256,30 +256,26 @@ def _list_start(idx_ptr, t, SUB: tl.constexpr, SPARSE_BLOCK: tl.constexpr,
 
 
 @triton.jit
+def _tma_store(desc, b, h, row, tile):
+    """Store a (rows, D) tile at row ``row`` of head (b, h) through a [1, 1, rows, D] tensor
+    descriptor; TMA writes nothing out of bounds (rows past N, columns past D)."""
+    desc.store([b, h, row, 0], tile.reshape(1, 1, tile.shape[0], tile.shape[1]))
+
+
+@triton.jit
 def _fwd_inner(
-    acc,
-    m_i,
-    l_i,
-    row_bad,
+    acc, m_i, l_i, row_bad,
     q,
-    k_base,
-    v_base,
-    km_base,
-    am_base,
-    start,
-    end,
-    idx_ptr,
-    offs_m,
-    offs_n0,
-    offs_d,
+    k_base, v_base, km_base, am_base,
+    DescK, DescV, kv_b, kv_h,
+    start, end, idx_ptr,
+    offs_m, offs_n0, offs_d,
     n_q,
     n_k,
     diag,
     window_left,
     window_right,
-    qk_scale,
-    softcap,
-    head_dim,
+    qk_scale, softcap, head_dim,
     stride_kn,
     stride_kd,
     stride_vn,
@@ -298,29 +294,33 @@ def _fwd_inner(
     HAS_SOFTCAP: tl.constexpr,
     BLOCK_N: tl.constexpr,
     EVEN_D: tl.constexpr,
+    USE_TMA: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
-):
+):  # fmt: skip
     """Key blocks [start, end) step BLOCK_N, or (LISTED) the kernel blocks t in [start, end)
-    of the tile list at ``idx_ptr`` (see ``_list_start``)."""
+    of the tile list at ``idx_ptr`` (see ``_list_start``). USE_TMA: DescK/DescV and
+    (kv_b, kv_h) pass through to ``_fwd_step``, which loads the tiles through them."""
     if LISTED:
         for t in tl.range(start, end):
             start_n = _list_start(idx_ptr, t, SPARSE_K // BLOCK_N, SPARSE_K, BLOCK_N)
             acc, m_i, l_i, row_bad = _fwd_step(
-                acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, start_n, offs_m,
-                offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
-                head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
-                stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK,
-                MASK_KIND, HAS_SOFTCAP, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+                acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
+                kv_h, start_n, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left,
+                window_right, qk_scale, softcap, head_dim, stride_kn, stride_kd, stride_vn,
+                stride_vd, stride_kmn, stride_amm, stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT,
+                HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, EVEN_D, USE_TMA,
+                DOT_PRECISION, UPCAST_DOT,
             )  # fmt: skip
     else:
         for start_n in tl.range(start, end, BLOCK_N):
             acc, m_i, l_i, row_bad = _fwd_step(
-                acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, start_n, offs_m,
-                offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
-                head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
-                stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK,
-                MASK_KIND, HAS_SOFTCAP, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+                acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
+                kv_h, start_n, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left,
+                window_right, qk_scale, softcap, head_dim, stride_kn, stride_kd, stride_vn,
+                stride_vd, stride_kmn, stride_amm, stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT,
+                HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, EVEN_D, USE_TMA,
+                DOT_PRECISION, UPCAST_DOT,
             )  # fmt: skip
     return acc, m_i, l_i, row_bad
 
@@ -364,7 +364,8 @@ def _key_ranges(
 
 @triton.jit
 def _fwd_rows(
-    q, k_base, v_base, km_base, am_base, FullNum, FullIdx, PartNum, PartIdx, m_start, b64, h,
+    q, k_base, v_base, km_base, am_base, DescK, DescV, kv_b, kv_h, FullNum, FullIdx, PartNum,
+    PartIdx, m_start, b64, h,
     offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap, head_dim,
     stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn,
     stride_snb, stride_snh, stride_sib, stride_sih, stride_sir,
@@ -381,6 +382,7 @@ def _fwd_rows(
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
     EVEN_D: tl.constexpr,
+    USE_TMA: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
 ):  # fmt: skip
@@ -402,18 +404,22 @@ def _fwd_rows(
         n_full = tl.load(FullNum + num_off) * SUB
         n_part = tl.load(PartNum + num_off) * SUB
         acc, m_i, l_i, row_bad = _fwd_inner(
-            acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, 0, n_full,
+            acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
+            kv_h, 0, n_full,
             FullIdx + idx_off, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right,
             qk_scale, softcap, head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn,
             stride_amm, stride_amn, False, GUARD, True, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
-            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, EVEN_D, USE_TMA, DOT_PRECISION,
+            UPCAST_DOT,
         )  # fmt: skip
         acc, m_i, l_i, row_bad = _fwd_inner(
-            acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, 0, n_part,
+            acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
+            kv_h, 0, n_part,
             PartIdx + idx_off, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right,
             qk_scale, softcap, head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn,
             stride_amm, stride_amn, True, GUARD, True, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
-            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, DOT_PRECISION, UPCAST_DOT,
+            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, USE_TMA, DOT_PRECISION,
+            UPCAST_DOT,
         )  # fmt: skip
     else:
         lo, full_lo, full_hi, hi = _key_ranges(
@@ -421,25 +427,31 @@ def _fwd_rows(
             BLOCK_M, BLOCK_N, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
         )  # fmt: skip
         acc, m_i, l_i, row_bad = _fwd_inner(
-            acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, lo, full_lo, FullIdx,
+            acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
+            kv_h, lo, full_lo, FullIdx,
             offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
             head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
             stride_amn, True, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
-            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, DOT_PRECISION, UPCAST_DOT,
+            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, USE_TMA, DOT_PRECISION,
+            UPCAST_DOT,
         )  # fmt: skip
         acc, m_i, l_i, row_bad = _fwd_inner(
-            acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, full_lo, full_hi, FullIdx,
+            acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
+            kv_h, full_lo, full_hi, FullIdx,
             offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
             head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
             stride_amn, False, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
-            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, EVEN_D, USE_TMA, DOT_PRECISION,
+            UPCAST_DOT,
         )  # fmt: skip
         acc, m_i, l_i, row_bad = _fwd_inner(
-            acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, full_hi, hi, FullIdx,
+            acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
+            kv_h, full_hi, hi, FullIdx,
             offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
             head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
             stride_amn, True, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
-            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, DOT_PRECISION, UPCAST_DOT,
+            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, USE_TMA, DOT_PRECISION,
+            UPCAST_DOT,
         )  # fmt: skip
 
     return acc, m_i, l_i, row_bad
@@ -460,6 +472,10 @@ def _attn_fwd(
     FullIdx,
     PartNum,
     PartIdx,
+    DescQ,  # USE_TMA: [1, 1, BLOCK_M, BLOCK_D] tensor descriptors of q, k, v, out
+    DescK,  # ([1, 1, BLOCK_N, BLOCK_D] for k and v); None otherwise
+    DescV,
+    DescO,
     qk_scale,
     softcap,  # the cap of HAS_SOFTCAP (natural-log units); unused otherwise
     stride_qb, stride_qh, stride_qm, stride_qd,
@@ -491,6 +507,7 @@ def _attn_fwd(
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
     EVEN_D: tl.constexpr,  # head_dim == BLOCK_D: no masking along D
+    USE_TMA: tl.constexpr,  # the Hopper path: tiles through DescQ/K/V/O (kernels/hopper.py)
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,  # interpreter only (0 on a GPU): see _scores
 ):  # fmt: skip
@@ -523,24 +540,29 @@ def _attn_fwd(
     mask_m = offs_m < n_q
     mask_d = offs_d < head_dim
 
-    q_base = Q + b64 * stride_qb + h.to(tl.int64) * stride_qh + q_start.to(tl.int64) * stride_qm
-    q = tl.load(
-        q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
-        mask=mask_m[:, None] & mask_d[None, :],
-        other=0.0,
-    )
+    if USE_TMA:  # never varlen (q_start = 0): rows past Nq read as 0, as the masked load
+        q = _tma_tile(DescQ, b, h, m_start)
+    else:
+        q_base = Q + b64 * stride_qb + h.to(tl.int64) * stride_qh
+        q_base += q_start.to(tl.int64) * stride_qm
+        q = tl.load(
+            q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+            mask=mask_m[:, None] & mask_d[None, :],
+            other=0.0,
+        )
     k_base = K + b64 * stride_kb + h_kv.to(tl.int64) * stride_kh + k_start.to(tl.int64) * stride_kn
     v_base = V + b64 * stride_vb + h_kv.to(tl.int64) * stride_vh + k_start.to(tl.int64) * stride_vn
     km_base = KeyMask + b64 * stride_kmb
     am_base = AttnMask + b64 * stride_amb + h.to(tl.int64) * stride_amh
 
     acc, m_i, l_i, row_bad = _fwd_rows(
-        q, k_base, v_base, km_base, am_base, FullNum, FullIdx, PartNum, PartIdx, m_start, b64, h,
+        q, k_base, v_base, km_base, am_base, DescK, DescV, b, h_kv, FullNum, FullIdx, PartNum,
+        PartIdx, m_start, b64, h,
         offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
         head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn,
         stride_snb, stride_snh, stride_sib, stride_sih, stride_sir, False, HAS_WINDOW_LEFT,
         HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M,
-        BLOCK_N, BLOCK_D, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+        BLOCK_N, BLOCK_D, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
     )  # fmt: skip
     # NOTE: excluded values — a non-finite accumulator means NaN/Inf in V reached the
     # product, whether from an allowed key (the guard marks the row) or an excluded one (the
@@ -551,13 +573,14 @@ def _attn_fwd(
         acc_bad = tl.max(((acc != acc) | (tl.abs(acc) == float("inf"))).to(tl.int32))
         if acc_bad > 0:
             acc, m_i, l_i, row_bad = _fwd_rows(
-                q, k_base, v_base, km_base, am_base, FullNum, FullIdx, PartNum, PartIdx, m_start,
-                b64, h, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right,
+                q, k_base, v_base, km_base, am_base, DescK, DescV, b, h_kv, FullNum, FullIdx,
+                PartNum, PartIdx, m_start, b64, h, offs_m, offs_n0, offs_d, n_q, n_k, diag,
+                window_left, window_right,
                 qk_scale, softcap, head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn,
                 stride_amm, stride_amn, stride_snb, stride_snh, stride_sib, stride_sih, stride_sir,
                 True, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP,
-                SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, DOT_PRECISION,
-                UPCAST_DOT,
+                SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, USE_TMA,
+                DOT_PRECISION, UPCAST_DOT,
             )  # fmt: skip
 
     # NOTE: empty rows — l_i == 0 exactly when no key was allowed.
@@ -566,11 +589,15 @@ def _attn_fwd(
     out = tl.where((row_bad > 0)[:, None], float("nan"), out)
     lse2 = tl.where(empty, float("-inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
 
-    o_base = Out + b64 * stride_ob + h.to(tl.int64) * stride_oh + q_start.to(tl.int64) * stride_om
-    tl.store(
-        o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
-        out.to(Out.dtype.element_ty),
-        mask=mask_m[:, None] & mask_d[None, :],
-    )
+    if USE_TMA:
+        _tma_store(DescO, b, h, m_start, out.to(Out.dtype.element_ty))
+    else:
+        o_base = Out + b64 * stride_ob + h.to(tl.int64) * stride_oh
+        o_base += q_start.to(tl.int64) * stride_om
+        tl.store(
+            o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+            out.to(Out.dtype.element_ty),
+            mask=mask_m[:, None] & mask_d[None, :],
+        )
     l_base = Lse2 + b64 * stride_lb + h.to(tl.int64) * stride_lh + q_start.to(tl.int64) * stride_lm
     tl.store(l_base + offs_m * stride_lm, lse2, mask=mask_m)

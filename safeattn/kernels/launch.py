@@ -118,6 +118,7 @@ class Meta:
     sparse_q: int = 0  # tile of the block-mask summary (0: no summary, analytic ranges)
     sparse_k: int = 0
     softcap: float = 0.0  # 0.0: off (no HAS_SOFTCAP specialisation)
+    tma: bool = False  # the forward's Hopper path (kernels/hopper.py; passes.forward sets it)
 
     @property
     def sparse(self) -> bool:
@@ -134,9 +135,8 @@ class Meta:
     def flags(self) -> tuple[tuple[str, int], ...]:
         """What a config choice depends on besides kernel, dtype and sizes: the kernels'
         feature specialisations, and ``deterministic`` (single-config mode). Named, so that
-        a tuning table's keys read without this file (``tuning.key_text``). ``softcap`` only
-        when on: uncapped keys stay those the tables were swept under; a capped key, absent
-        from them, goes to the cache or the tuner."""
+        a tuning table's keys read without this file (``tuning.key_text``). ``softcap`` and
+        ``tma`` only when on: the other keys stay those the tables were swept under."""
         flags = (
             ("varlen", int(self.varlen)),
             ("bottom_right", int(self.bottom_right)),
@@ -147,7 +147,7 @@ class Meta:
             ("sparse", int(self.sparse)),
             ("deterministic", int(self.deterministic)),
         )
-        return (*flags, ("softcap", 1)) if self.softcap > 0 else flags
+        return flags + (("softcap", 1),) * (self.softcap > 0) + (("tma", 1),) * self.tma
 
 
 def _constexprs(meta: Meta, dtype: torch.dtype, cfg: KernelConfig) -> dict:
@@ -212,11 +212,13 @@ def _gpu_names(index: int) -> tuple[str, str]:
 
 def _launch(name, fn, grid, args, meta, dtype, device, seq_q, seq_k, extra=None):
     """Choose a config for ``fn`` (see the module docstring) and launch it; returns it.
-    ``extra``: constexprs of this kernel alone (the dK/dV kernel's GQA)."""
+    ``args``: the arguments, or a function of the config returning them (the Hopper path's
+    descriptors carry the tile shape). ``extra``: constexprs of this kernel alone (GQA)."""
     extra = extra or {}
+    args_of = args if callable(args) else lambda c: args
     if INTERPRET or device.type != "cuda":
         cfg = configs.interpreter_config(name)
-        fn[grid(cfg)](*args, **_constexprs(meta, dtype, cfg), **extra)
+        fn[grid(cfg)](*args_of(cfg), **_constexprs(meta, dtype, cfg), **extra)
         return cfg
     key = configs.tune_key(name, dtype, meta.head_dim, seq_q, seq_k, meta.flags)
     gpu_names = _gpu_names(
@@ -228,12 +230,13 @@ def _launch(name, fn, grid, args, meta, dtype, device, seq_q, seq_k, extra=None)
         if capturing(device):  # asked on a miss only: the eager hot path pays nothing
             raise _untuned_in_capture(name, dtype, meta)
         cfg, source, timings = _choose(
-            name, fn, grid, args, meta, dtype, device, key, gpu_names, extra
+            name, fn, grid, args_of, meta, dtype, device, key, gpu_names, extra
         )
         _CHOSEN[memo], _SOURCES[memo] = cfg, source
         if source == "tuned":
             _TIMINGS[memo] = timings
-    compiled = _run(name, device, fn, grid(cfg), args, {**_constexprs(meta, dtype, cfg), **extra})
+    kwargs = {**_constexprs(meta, dtype, cfg), **extra}
+    compiled = _run(name, device, fn, grid(cfg), args_of(cfg), kwargs)
     _record(name, cfg, compiled, _SOURCES[memo])
     return cfg
 
@@ -295,7 +298,7 @@ def _launch_error_in_capture(name: str, exc: Exception) -> RuntimeError:
     )
 
 
-def _choose(name, fn, grid, args, meta, dtype, device, key, gpu_names, extra):
+def _choose(name, fn, grid, args_of, meta, dtype, device, key, gpu_names, extra):
     """(config, source, tuner timings) for one tune key on one GPU.
 
     Single-config mode: the first shipped candidate that fits. Otherwise the table's entry,
@@ -305,13 +308,14 @@ def _choose(name, fn, grid, args, meta, dtype, device, key, gpu_names, extra):
     needs, then with the compiled kernel's own figure."""
     limit = _smem_limit(device)
     shipped = configs.candidates(
-        name, configs.block_d(meta.head_dim), dtype, limit, masked=meta.sparse
+        name, configs.block_d(meta.head_dim), dtype, limit, masked=meta.sparse, tma=meta.tma
     )
 
     def misfit(cfg: KernelConfig) -> str | None:
         """Why ``cfg`` cannot run here (a compile failure, too much shared memory), or None."""
         try:
-            compiled = fn.warmup(*args, grid=grid(cfg), **_constexprs(meta, dtype, cfg), **extra)
+            kwargs = {**_constexprs(meta, dtype, cfg), **extra}
+            compiled = fn.warmup(*args_of(cfg), grid=grid(cfg), **kwargs)
         except Exception as exc:  # a compiler crash on one candidate must not fail the call
             return str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
         shared = int(compiled.metadata.shared)
@@ -359,7 +363,7 @@ def _choose(name, fn, grid, args, meta, dtype, device, key, gpu_names, extra):
     if single:
         return fitting[0], "single", []
     times = (
-        [_time(fn, grid, args, meta, dtype, cfg, extra) for cfg in fitting]
+        [_time(fn, grid, args_of(cfg), meta, dtype, cfg, extra) for cfg in fitting]
         if len(fitting) > 1
         else []
     )

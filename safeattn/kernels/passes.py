@@ -8,13 +8,14 @@ tensors and its :class:`.launch.Meta`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 
 import torch
 import triton
 
-from . import launch
+from . import configs, hopper, launch
 from .backward import _bwd_dkdv, _bwd_dq
 from .forward import _attn_fwd
 from .launch import Meta
@@ -94,18 +95,31 @@ def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None):
     cu_q = cu_q if cu_q is not None else q
     cu_k = cu_k if cu_k is not None else q
     tiles = _tile_args(summary, False, q)
-    args = (
-        q, k, v, out, lse2, km, am, cu_q, cu_k, *tiles[:4], meta.scale * _LOG2E, meta.softcap,
-        *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
-        *_dense_strides(v, meta.varlen), *_dense_strides(out, meta.varlen),
-        *_lse_strides(lse2, meta.varlen), *km_s, *am_s, *tiles[4:],
-        meta.heads_q, meta.heads_q // meta.heads_kv, meta.seq_q, meta.seq_k,
-        meta.window_left, meta.window_right, meta.head_dim,
-    )  # fmt: skip
+    # The Hopper path (kernels/hopper.py): its own tune keys and config table.
+    tma = hopper.use_tma(meta.varlen, q.device, q, k, v, out)
+    meta = dataclasses.replace(meta, tma=tma)
+
+    def args(c: configs.KernelConfig) -> tuple:
+        # TMA descriptors carry the config's tile shape: one set per config.
+        descs = (None,) * 4
+        if tma:
+            bd = configs.block_d(meta.head_dim)
+            rows = [c.block_m, c.block_n, c.block_n, c.block_m]
+            descs = tuple(hopper.descriptors([q, k, v, out], rows, bd))
+        return (
+            q, k, v, out, lse2, km, am, cu_q, cu_k, *tiles[:4], *descs, meta.scale * _LOG2E,
+            meta.softcap, *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
+            *_dense_strides(v, meta.varlen), *_dense_strides(out, meta.varlen),
+            *_lse_strides(lse2, meta.varlen), *km_s, *am_s, *tiles[4:],
+            meta.heads_q, meta.heads_q // meta.heads_kv, meta.seq_q, meta.seq_k,
+            meta.window_left, meta.window_right, meta.head_dim,
+        )  # fmt: skip
+
     grid = lambda c: (triton.cdiv(meta.seq_q, c.block_m), meta.batch * meta.heads_q)
     launch._launch(
-        "forward", _attn_fwd, grid, args, meta, q.dtype, q.device, meta.seq_q, meta.seq_k
-    )
+        "forward", _attn_fwd, grid, args, meta, q.dtype, q.device, meta.seq_q, meta.seq_k,
+        {"USE_TMA": tma},
+    )  # fmt: skip
     return out, lse2
 
 

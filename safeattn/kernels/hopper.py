@@ -1,0 +1,106 @@
+"""The Hopper path: on sm90 the forward kernel reads its Q, K, V tiles and writes its output
+tile through TMA tensor descriptors instead of pointer tensors.
+
+Why: a pointer tile holds one 64-bit address per element across the program's threads; at
+BLOCK_M = 128 and D = 128 that is most of the register file, and the portable forward
+spilled on the H100 (README, LiveResourcesSuite). A TMA descriptor is one object per
+tensor: the copy engine computes the addresses, the loop's loads pipeline through shared
+memory with mbarriers, and the registers go to the accumulators.
+
+Safety is unchanged: only the addressing differs. TMA reads elements outside the tensor
+(rows past N, columns past D) as 0, exactly what the portable kernel's masked loads return
+(``other=0.0``), and a TMA store writes nothing outside it; every masking rule, the empty-row
+rule and the excluded-value guard run on the loaded tiles as before. ``tests/test_hopper.py``
+checks the two paths bit for bit under the interpreter.
+
+When it runs (:func:`use_tma`): ``SAFEATTN_TMA=auto`` (default) on a GPU of compute
+capability 9.x for fp16/bf16, not varlen, and only for tensors TMA can address: unit stride
+along D, 16-byte-aligned base and strides. ``SAFEATTN_TMA=0`` never; ``SAFEATTN_TMA=1``
+wherever the layout allows, the CPU interpreter included (tests). The path has its own
+config table (``configs.candidates(..., tma=True)``) and its own tune keys (flag ``tma``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+ENV = "SAFEATTN_TMA"
+_SETTINGS = ("auto", "0", "1")
+_ALIGN = 16  # bytes: TMA's alignment for the global base address and every non-unit stride
+
+
+def setting() -> str:
+    """``SAFEATTN_TMA``: ``auto`` (default), ``0`` or ``1``; anything else is an error."""
+    value = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if value not in _SETTINGS:
+        raise ValueError(
+            f"safeattn: {ENV}={value!r} is not one of {', '.join(_SETTINGS)}.\n"
+            "HINT: auto takes the Hopper (TMA) path on sm90 GPUs, 0 never, 1 wherever the "
+            "tensors' layout allows it."
+        )
+    return value
+
+
+def applies(capability: tuple[int, int], dtype: torch.dtype) -> bool:
+    """Is the Hopper path the automatic choice on a GPU of this compute capability?"""
+    return capability[0] == 9 and dtype in (torch.float16, torch.bfloat16)
+
+
+@functools.cache
+def _capability(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
+
+
+def _strides(t: torch.Tensor) -> list[int]:
+    """``t``'s strides with those of size-1 dimensions replaced by the contiguous value:
+    such a stride is never stepped along, but TMA still requires it aligned."""
+    strides = list(t.stride())
+    inner = 1
+    for d in range(t.dim() - 1, -1, -1):
+        if t.shape[d] == 1:
+            strides[d] = inner
+        inner = strides[d] * t.shape[d]
+    return strides
+
+
+def addressable(t: torch.Tensor) -> bool:
+    """Can a TMA descriptor address this (B, H, N, D) tensor? Unit stride along D, a
+    16-byte-aligned base address, every other stride a positive multiple of 16 bytes."""
+    if t.dim() != 4 or t.numel() == 0:
+        return False
+    strides = _strides(t)
+    size = t.element_size()
+    return (
+        strides[-1] == 1
+        and t.data_ptr() % _ALIGN == 0
+        and all(s > 0 and (s * size) % _ALIGN == 0 for s in strides[:-1])
+    )
+
+
+def use_tma(varlen: bool, device: torch.device, *tensors: torch.Tensor) -> bool:
+    """Should the forward of these (B, H, N, D) tensors take the Hopper path? See the module
+    docstring; raises ValueError for a bad ``SAFEATTN_TMA``."""
+    mode = setting()
+    if mode == "0" or varlen:
+        return False
+    if mode == "auto":
+        if device.type != "cuda":
+            return False
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        if not applies(_capability(index), tensors[0].dtype):
+            return False
+    return all(addressable(t) for t in tensors)
+
+
+def descriptors(tensors: list[torch.Tensor], rows: list[int], block_d: int) -> list:
+    """One host tensor descriptor per (B, H, N, D) tensor, block [1, 1, rows[i], block_d]:
+    what the kernel's ``desc.load([b, h, row, 0])`` reads at once."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return [
+        TensorDescriptor(t, list(t.shape), _strides(t), [1, 1, r, block_d])
+        for t, r in zip(tensors, rows, strict=True)
+    ]

@@ -1,0 +1,208 @@
+"""The Hopper path (safeattn/kernels/hopper.py): when it is taken, and that it computes what
+the portable forward computes.
+
+CPU: ``SAFEATTN_TMA=1`` forces the path under the interpreter, where both paths run the
+same 32x16 blocks: the outputs must be equal bit for bit, poisoned inputs and empty rows
+included, and the contract checks of test_kernels must hold on it. ``--gpu`` (an sm90 GPU
+takes the path by default): both paths against the fp64 reference at realistic sizes, and
+the launched forward kernel's registers and spills.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from test_kernels import (
+    check_against_reference,
+    check_empty_rows,
+    check_excluded_never_leak,
+    pick,
+    rand_qkv,
+)
+
+import safeattn
+from safeattn.kernels import configs, hopper, launch, passes
+
+HALF = [torch.float16, torch.bfloat16]
+HALF_IDS = ["fp16", "bf16"]
+
+
+# --------------------------------------------------------------------------- when
+
+
+def test_setting_reads_the_environment(monkeypatch):
+    monkeypatch.delenv(hopper.ENV, raising=False)
+    assert hopper.setting() == "auto"
+    for value in ("0", "1", "auto", " AUTO "):
+        monkeypatch.setenv(hopper.ENV, value)
+        assert hopper.setting() == value.strip().lower()
+    monkeypatch.setenv(hopper.ENV, "yes")
+    with pytest.raises(ValueError, match="SAFEATTN_TMA='yes' is not one of auto, 0, 1"):
+        hopper.setting()
+
+
+def test_a_bad_setting_fails_the_call_with_the_hint(device, monkeypatch):
+    monkeypatch.setenv(hopper.ENV, "on")
+    q, k, v = rand_qkv(1, 1, 1, 8, 8, 16, torch.float16, device)
+    with pytest.raises(ValueError, match="HINT: auto takes the Hopper"):
+        safeattn.attention(q, k, v)
+
+
+def test_applies_to_sm90_half_precision_only():
+    assert hopper.applies((9, 0), torch.bfloat16) and hopper.applies((9, 0), torch.float16)
+    assert not hopper.applies((9, 0), torch.float32)
+    for capability in ((8, 0), (8, 6), (8, 9), (10, 0)):
+        assert not hopper.applies(capability, torch.bfloat16)
+
+
+def test_addressable_layouts():
+    t = torch.zeros(2, 3, 40, 64, dtype=torch.bfloat16)
+    assert hopper.addressable(t)
+    assert hopper.addressable(torch.zeros(2, 40, 3, 64, dtype=torch.float16).transpose(1, 2))
+    # size-1 dimensions: their stride is never stepped along, whatever it is
+    assert hopper.addressable(torch.zeros(1, 3, 40, 64, dtype=torch.float16)[:, :1])
+    assert not hopper.addressable(t.transpose(2, 3))  # D not unit-stride
+    assert not hopper.addressable(torch.zeros(2, 3, 40, 7, dtype=torch.float16))  # 14-byte rows
+    assert not hopper.addressable(torch.zeros(2, 3, 40, 65, dtype=torch.float16)[..., 1:])
+    assert not hopper.addressable(t[:, :, :0])  # empty
+    assert not hopper.addressable(torch.zeros(40, 3, 64, dtype=torch.float16))  # varlen rank
+    expanded = torch.zeros(2, 1, 40, 64, dtype=torch.float16).expand(2, 3, 40, 64)
+    assert not hopper.addressable(expanded)  # stride 0 along a real dimension
+
+
+def test_use_tma_decision(monkeypatch):
+    t = torch.zeros(2, 3, 40, 64, dtype=torch.bfloat16)
+    cpu = torch.device("cpu")
+    monkeypatch.setenv(hopper.ENV, "auto")
+    assert not hopper.use_tma(False, cpu, t, t)  # auto: sm90 GPUs only
+    monkeypatch.setenv(hopper.ENV, "1")
+    assert hopper.use_tma(False, cpu, t, t)
+    assert not hopper.use_tma(True, cpu, t, t)  # varlen: never
+    assert not hopper.use_tma(False, cpu, t, t.transpose(2, 3))  # one tensor it cannot address
+    monkeypatch.setenv(hopper.ENV, "0")
+    assert not hopper.use_tma(False, cpu, t, t)
+
+
+def test_the_path_has_its_own_configs_and_tune_keys():
+    for bucket in (32, 64, 128, 256):
+        tma = configs.candidates("forward", bucket, torch.bfloat16, tma=True)
+        assert tma and tma == configs._HOPPER_FORWARD[bucket]
+        assert all(configs.keep(c, "forward", bucket) for c in tma)
+    with pytest.raises(ValueError, match="no bwd_dq configs"):
+        configs.candidates("bwd_dq", 128, torch.bfloat16, tma=True)
+    with pytest.raises(ValueError, match="float32"):
+        configs.candidates("forward", 128, torch.float32, tma=True)
+    meta = launch.Meta(False, 1, 1, 1, 8, 8, 64, False, -1, -1, False, 0, 0.1, False)
+    import dataclasses
+
+    assert ("tma", 1) not in meta.flags
+    assert dataclasses.replace(meta, tma=True).flags == (*meta.flags, ("tma", 1))
+
+
+# --------------------------------------------------------------------------- what
+
+
+def _forward(q, k, v, mode, monkeypatch, **kw):
+    monkeypatch.setenv(hopper.ENV, mode)
+    return safeattn.attention(q, k, v, return_lse=True, **kw)
+
+
+CASES = {
+    "dense": {},
+    "causal": {"causal": True},
+    "bottom_right_gqa": {"causal": "bottom_right"},
+    "window": {"window": (5, 3)},
+    "leftpad_causal": {"causal": True, "key_mask": "leftpad"},
+    "float_mask": {"attn_mask": "float"},
+    "softcap": {"causal": True, "softcap": 2.0},
+}
+
+
+def _case(name, dtype, device, on_gpu, d):
+    b, hq, hkv, nq, nk = pick(on_gpu, (2, 4, 2, 45, 52), (2, 16, 8, 1000, 1100))
+    q, k, v = rand_qkv(b, hq, hkv, nq, nk, d, dtype, device, seed=3)
+    kw = dict(CASES[name])
+    if kw.get("key_mask") == "leftpad":
+        pad = torch.tensor([0, nk // 3])
+        kw["key_mask"] = (torch.arange(nk)[None, :] >= pad[:, None]).to(device)
+    if kw.get("attn_mask") == "float":
+        g = torch.Generator().manual_seed(4)
+        mask = torch.randn(b, 1, nq, nk, generator=g)
+        mask[torch.rand(b, 1, nq, nk, generator=g) < 0.2] = -math.inf
+        kw["attn_mask"] = mask.to(device=device, dtype=dtype)
+    return q, k, v, kw
+
+
+@pytest.mark.parametrize("d", [32, 40])
+@pytest.mark.parametrize("dtype", HALF, ids=HALF_IDS)
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_paths_agree(name, dtype, d, device, on_gpu, monkeypatch):
+    """Interpreter: bit for bit (the same blocks, only the addressing differs), with NaN in
+    excluded and in attended keys. GPU: both paths within the contract's accuracy."""
+    q, k, v, kw = _case(name, dtype, device, on_gpu, d)
+    if on_gpu:
+        for mode in ("0", "1"):
+            monkeypatch.setenv(hopper.ENV, mode)
+            check_against_reference(q, k, v, **kw)
+        return
+    portable = _forward(q, k, v, "0", monkeypatch, **kw)
+    tma = _forward(q, k, v, "1", monkeypatch, **kw)
+    for a, b in zip(portable, tma, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+    # Poison: NaN in one key/value row; with a key mask, in a padding key (excluded) too.
+    k2, v2 = k.clone(), v.clone()
+    k2[0, :, 7], v2[-1, :, 11] = math.nan, math.inf
+    portable = _forward(q, k2, v2, "0", monkeypatch, **kw)
+    tma = _forward(q, k2, v2, "1", monkeypatch, **kw)
+    for a, b in zip(portable, tma, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+
+def test_the_kernel_reads_through_the_descriptors(device, monkeypatch):
+    """A mutant whose descriptors swap K and V changes the output: the path really reads its
+    tiles through them (the bit-for-bit agreement above is not two portable runs)."""
+    q, k, v = rand_qkv(1, 2, 2, 40, 40, 32, torch.float16, device, seed=5)
+    good = _forward(q, k, v, "1", monkeypatch)[0]
+    real = hopper.descriptors
+
+    def swapped(tensors, rows, block_d):
+        q_, k_, v_, o_ = tensors
+        return real([q_, v_, k_, o_], rows, block_d)
+
+    monkeypatch.setattr(passes.hopper, "descriptors", swapped)
+    bad = _forward(q, k, v, "1", monkeypatch)[0]
+    assert not torch.equal(good, bad)
+    monkeypatch.setenv(hopper.ENV, "0")
+    portable = safeattn.attention(q, k, v)  # the portable path ignores them
+    if device == "cpu":  # the same blocks: bit for bit (a GPU tunes each path apart)
+        assert torch.equal(portable, good)
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=HALF_IDS)
+def test_contract_holds_on_the_path(dtype, device, on_gpu, monkeypatch):
+    """Contract items 1 and 2 (test_kernels' checks) with the path forced."""
+    monkeypatch.setenv(hopper.ENV, "1")
+    check_empty_rows(dtype, device, on_gpu)
+    check_excluded_never_leak(dtype, device, on_gpu)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+def test_an_sm90_gpu_takes_the_path_by_default(d, monkeypatch):
+    """On an sm90 GPU, auto takes the path: the forward's tune keys carry ``tma``. (Its
+    registers and spills are measured, not asserted: LiveResourcesSuite, docs/perf.)"""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Hopper path is for sm90 GPUs")
+    monkeypatch.setenv(hopper.ENV, "auto")
+    launch.clear_choices()
+    q, k, v = rand_qkv(4, 16, 16, 2048, 2048, d, torch.bfloat16, "cuda", seed=6)
+    safeattn.attention(q, k, v, causal=True)
+    keys = [key for key in launch.chosen_configs() if key[0] == "forward"]
+    assert keys and all(("tma", 1) in key[5] for key in keys), keys
+    monkeypatch.setenv(hopper.ENV, "0")
+    launch.clear_choices()
+    safeattn.attention(q, k, v, causal=True)
+    keys = [key for key in launch.chosen_configs() if key[0] == "forward"]
+    assert keys and all(("tma", 1) not in key[5] for key in keys), keys
