@@ -32,11 +32,13 @@ import tempfile
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 
+from .blockmask import BLOCK as _BLOCKMASK_TILE
 from .gpu_limits import ARCHS, ArchLimits
-from .kernels import configs
+from .kernels import configs, hopper
 from .kernels.configs import KernelConfig
 
 # Audited feature variants: "causal" exercises the fully-allowed and the diagonal paths of
@@ -48,6 +50,9 @@ from .kernels.configs import KernelConfig
 VARIANTS: tuple[str, ...] = ("causal", "masked", "softcap")
 # The variants that take the block-mask path (its configs, pointers and tile lists).
 _MASKED_VARIANTS = ("masked", "softcap")
+# The audited kernels: the shipped kernels, and the forward's Hopper path (USE_TMA, tiles
+# through tensor descriptors: kernels/hopper.py), audited where it runs (sm90, fp16/bf16).
+KERNELS: tuple[str, ...] = (*configs.KERNELS, "forward_tma")
 _DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 _TRITON_TYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
@@ -73,6 +78,7 @@ def _kernel_fn(kernel: str):
 
     return {
         "forward": forward._attn_fwd,
+        "forward_tma": forward._attn_fwd,
         "bwd_preprocess": backward._bwd_preprocess,
         "bwd_dkdv": backward._bwd_dkdv,
         "bwd_dq": backward._bwd_dq,
@@ -81,6 +87,7 @@ def _kernel_fn(kernel: str):
 
 _POINTERS = {"Q", "K", "V", "Out", "dOut", "dK", "dV", "dQ"}
 _FP32_POINTERS = {"Lse2", "Delta"}
+_DESCRIPTORS = {"DescQ": "block_m", "DescK": "block_n", "DescV": "block_n", "DescO": "block_m"}
 
 
 def _representative_value(name: str, head_dim: int) -> int:
@@ -103,13 +110,22 @@ def _representative_value(name: str, head_dim: int) -> int:
 
 
 def _signature(fn, dtype: torch.dtype, variant: str, constexprs: dict, head_dim: int):
-    """Signature, constants and attrs for ASTSource, mirroring launch-time specialisation."""
+    """Signature, constants and attrs for ASTSource, mirroring launch-time specialisation.
+    The forward's descriptors are [1, 1, rows, D] tensor descriptors with USE_TMA (rows:
+    the config's BLOCK_M or BLOCK_N), None otherwise, as passes.forward passes them."""
     signature, consts, attrs = {}, dict(constexprs), {}
     do_not_spec = {p.name for p in fn.params if p.do_not_specialize}
     for i, p in enumerate(fn.params):
         name = p.name
         if p.is_constexpr:
             signature[name] = "constexpr"
+            continue
+        if name in _DESCRIPTORS:
+            if constexprs.get("USE_TMA"):
+                rows = constexprs[_DESCRIPTORS[name].upper()]
+                signature[name] = f"tensordesc<{_TRITON_TYPES[dtype]}[1, 1, {rows}, {head_dim}]>"
+            else:
+                signature[name], consts[name] = "constexpr", None
             continue
         if name in _POINTERS:
             signature[name] = "*" + _TRITON_TYPES[dtype]
@@ -157,8 +173,8 @@ def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: in
         MASK_KIND=2 if masked else 0,
         HAS_SOFTCAP=variant == "softcap",
         SPARSE=masked,
-        SPARSE_Q=_blockmask_tile() if masked else cfg.block_m,
-        SPARSE_K=_blockmask_tile() if masked else cfg.block_n,
+        SPARSE_Q=_BLOCKMASK_TILE if masked else cfg.block_m,
+        SPARSE_K=_BLOCKMASK_TILE if masked else cfg.block_n,
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
         BLOCK_D=head_dim,
@@ -168,13 +184,8 @@ def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: in
         # the dK/dV kernel's GQA loop (group = 2 above); its guarded second launch has the
         # same tiles and is not audited apart
         **({"GQA": True} if kernel == "bwd_dkdv" else {}),
+        **({"USE_TMA": kernel == "forward_tma"} if kernel.startswith("forward") else {}),
     )
-
-
-def _blockmask_tile() -> int:
-    from .blockmask import BLOCK
-
-    return BLOCK
 
 
 def _triton_bin(tool: str) -> str:
@@ -210,6 +221,8 @@ def audit_one(
     cx = _constexprs(kernel, cfg, dtype, head_dim, variant)
     signature, consts, attrs = _signature(fn, dtype, variant, cx, head_dim)
     src = ASTSource(fn=fn, signature=signature, constexprs=consts, attrs=attrs)
+    row = dict(kernel=kernel, arch=arch.name, dtype=_DTYPE_NAMES[dtype], head_dim=head_dim,
+               variant=variant, config=str(cfg), smem_limit=arch.smem_optin_bytes)  # fmt: skip
     try:
         compiled = triton.compile(
             src,
@@ -218,26 +231,12 @@ def audit_one(
         )
     except Exception as exc:  # e.g. ptxas crashing on one config: report it as a row
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return AuditRow(
-            kernel=kernel, arch=arch.name, dtype=_DTYPE_NAMES[dtype], head_dim=head_dim,
-            variant=variant, config=str(cfg), shared_bytes=-1, registers=-1, spills=-1,
-            smem_limit=arch.smem_optin_bytes, fits=False, error=first[:200],
-        )  # fmt: skip
+        return AuditRow(**row, shared_bytes=-1, registers=-1, spills=-1, fits=False,
+                        error=first[:200])  # fmt: skip
     shared = int(compiled.metadata.shared)
     regs, local = _regs_and_local(compiled.asm["cubin"])
-    return AuditRow(
-        kernel=kernel,
-        arch=arch.name,
-        dtype=_DTYPE_NAMES[dtype],
-        head_dim=head_dim,
-        variant=variant,
-        config=str(cfg),
-        shared_bytes=shared,
-        registers=regs,
-        spills=local,
-        smem_limit=arch.smem_optin_bytes,
-        fits=shared <= arch.smem_optin_bytes and 0 <= regs <= arch.max_regs_per_thread,
-    )
+    fits = shared <= arch.smem_optin_bytes and 0 <= regs <= arch.max_regs_per_thread
+    return AuditRow(**row, shared_bytes=shared, registers=regs, spills=local, fits=fits)
 
 
 def _jobs(archs, kernels, dtypes, head_dims, variants, configs_override=None):
@@ -247,9 +246,12 @@ def _jobs(archs, kernels, dtypes, head_dims, variants, configs_override=None):
                 for variant in variants if kernel != "bwd_preprocess" else ("causal",):
                     for arch in archs:
                         limits = ARCHS[arch]
+                        tma = kernel == "forward_tma"
+                        if tma and not hopper.applies(divmod(limits.capability, 10), dtype):
+                            continue
                         cfgs = configs_override or configs.candidates(
-                            kernel, hd, dtype, limits.smem_optin_bytes,
-                            variant in _MASKED_VARIANTS,
+                            "forward" if tma else kernel, hd, dtype, limits.smem_optin_bytes,
+                            variant in _MASKED_VARIANTS, tma=tma,
                         )  # fmt: skip
                         for cfg in cfgs:
                             yield (kernel, limits, dtype, hd, variant, cfg)
@@ -278,7 +280,7 @@ def audit(
     jobs = list(
         _jobs(
             list(archs or ARCHS),
-            list(kernels or configs.KERNELS),
+            list(kernels or KERNELS),
             list(dtypes or configs.DTYPES),
             list(head_dims or configs.HEAD_DIM_BUCKETS),
             list(variants or VARIANTS),
@@ -331,8 +333,6 @@ def cached(
     """:func:`audit` of every variant, through the audit cache (``safeattn.audit_cache``):
     slices already audited under this package's key are read, the rest compiled (and kept).
     Returns the rows and, in words, where they came from."""
-    from pathlib import Path
-
     from . import audit_cache
 
     by_name = {v: k for k, v in _DTYPE_NAMES.items()}
@@ -345,7 +345,7 @@ def cached(
         compile_slices,
         Path(__file__).resolve().parent,
         archs or list(ARCHS),
-        kernels or list(configs.KERNELS),
+        kernels or list(KERNELS),
         [_DTYPE_NAMES[d] for d in dtypes or configs.DTYPES],
         head_dims or list(configs.HEAD_DIM_BUCKETS),
         report=(lambda line: _report(progress, line)) if progress else None,
@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     """CLI: print the audit table; exit 1 if any shipped config does not fit its arch."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--arch", action="append", choices=list(ARCHS), help="repeatable; default all")
-    ap.add_argument("--kernel", action="append", choices=list(configs.KERNELS))
+    ap.add_argument("--kernel", action="append", choices=list(KERNELS))
     ap.add_argument("--dtype", action="append", choices=list(_DTYPE_NAMES.values()))
     ap.add_argument("--head-dim", action="append", type=int, choices=configs.HEAD_DIM_BUCKETS)
     ap.add_argument("--workers", type=int, default=None)
@@ -385,14 +385,12 @@ def main(argv: list[str] | None = None) -> int:
         rows, source = cached(*selection, workers=args.workers, progress=True)
     print(f"[audit] {source}", file=sys.stderr)
     if args.record:
-        from pathlib import Path
-
         from . import audit_cache
 
         key = audit_cache.audit_key(Path(__file__).resolve().parent)
         slices = {
             (k, a, _DTYPE_NAMES[d], h)
-            for k in args.kernel or configs.KERNELS
+            for k in args.kernel or KERNELS
             for a in args.arch or ARCHS
             for d in dtypes or configs.DTYPES
             for h in args.head_dim or configs.HEAD_DIM_BUCKETS
