@@ -10,6 +10,7 @@ the launched forward kernel's registers and spills.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -95,8 +96,6 @@ def test_the_path_has_its_own_configs_and_tune_keys():
     with pytest.raises(ValueError, match="float32"):
         configs.candidates("forward", 128, torch.float32, tma=True)
     meta = launch.Meta(False, 1, 1, 1, 8, 8, 64, False, -1, -1, False, 0, 0.1, False)
-    import dataclasses
-
     assert ("tma", 1) not in meta.flags
     assert dataclasses.replace(meta, tma=True).flags == (*meta.flags, ("tma", 1))
 

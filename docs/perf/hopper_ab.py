@@ -25,7 +25,8 @@ import triton
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 import safeattn
-from benchmarks._attention import compiled_flex
+from benchmarks._attention import attention_call, compiled_flex, impl_context
+from regress.metrics import attention_flops, tflops
 from safeattn.kernels import launch
 
 # (label, dtype, B, Hq, Hkv, N, D, causal, left padding of the key mask: None or fraction)
@@ -42,8 +43,8 @@ SHAPES = [
 
 
 def flops(b, hq, n, d, causal, backward=False):
-    f = 4 * b * hq * n * n * d * (0.5 if causal else 1.0)
-    return f * (3.5 if backward else 1.0)  # fwd+bwd: 2.5x the forward's matmuls on top
+    """The project's FLOP count (regress.metrics) of one forward, or forward + backward."""
+    return attention_flops(b, hq, n, n, d, causal, "fwd_bwd" if backward else "forward")
 
 
 def bench(fn):
@@ -52,7 +53,6 @@ def bench(fn):
 
 def measure(flex, label, dtype, b, hq, hkv, n, d, causal, pad) -> dict:
     """One shape's row: every implementation's times, the launched kernels, the paths' gap."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.attention.flex_attention import create_block_mask
 
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -75,29 +75,23 @@ def measure(flex, label, dtype, b, hq, hkv, n, d, causal, pad) -> dict:
             return safeattn.attention(q, k, v, **kw)
 
         impls[f"safeattn_{'tma' if mode == '1' else 'portable'}"] = fa
-    if pad is None:
+    if pad is None:  # the suites' own peer calls (benchmarks/_attention.py)
+        sdpa_cudnn = attention_call("sdpa_cudnn", causal, n, hq // hkv)
 
         def cudnn():
-            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                return torch.nn.functional.scaled_dot_product_attention(
-                    q, k, v, is_causal=causal, enable_gqa=hq != hkv
-                )
+            with impl_context("sdpa_cudnn"):
+                return sdpa_cudnn(q, k, v)
 
         impls["cudnn"] = cudnn
-    if pad is None and not causal:
-        impls["flex"] = lambda: flex(q, k, v, enable_gqa=hq != hkv)
-    else:
-        if pad is None:
+        flex_call = attention_call("flex", causal, n, hq // hkv)
+        impls["flex"] = lambda: flex_call(q, k, v)
+    else:  # left padding + causal: no suite shape, its own block mask
 
-            def mod(bb, hh, qi, ki):
-                return qi >= ki
-        else:
-
-            def mod(bb, hh, qi, ki):
-                return (qi >= ki) & (ki >= starts[bb])
+        def mod(bb, hh, qi, ki):
+            return (qi >= ki) & (ki >= starts[bb])
 
         bm = create_block_mask(mod, b, None, n, n, device="cuda")
-        impls["flex"] = lambda bm=bm: flex(q, k, v, block_mask=bm, enable_gqa=hq != hkv)
+        impls["flex"] = lambda: flex(q, k, v, block_mask=bm, enable_gqa=hq != hkv)
     outs, res = {}, {}
     row = {"shape": label, "dtype": str(dtype).split(".")[-1]}
     for name, fn in impls.items():
@@ -117,8 +111,8 @@ def measure(flex, label, dtype, b, hq, hkv, n, d, causal, pad) -> dict:
         both = bench(step)
         row[name] = {
             "fwd_ms": fwd, "fwd_bwd_ms": both,
-            "fwd_tflops": flops(b, hq, n, d, causal) / fwd * 1e-9,
-            "fwd_bwd_tflops": flops(b, hq, n, d, causal, True) / both * 1e-9,
+            "fwd_tflops": tflops(fwd, flops(b, hq, n, d, causal)),
+            "fwd_bwd_tflops": tflops(both, flops(b, hq, n, d, causal, True)),
         }  # fmt: skip
         print(f"{label:<32}{name:<20} fwd {fwd:7.3f} ms  fwd+bwd {both:7.3f} ms", flush=True)
     diff = (outs["safeattn_tma"] - outs["safeattn_portable"]).abs()
@@ -155,16 +149,17 @@ def table(times: dict[str, dict[str, tuple[float, float]]]) -> str:
         if not {"safeattn_portable", "safeattn_tma"} <= impls.keys():
             continue
         _, _, b, hq, _, n, d, causal, _ = shapes[label]
-        f_fwd, f_both = flops(b, hq, n, d, causal) * 1e-9, flops(b, hq, n, d, causal, True) * 1e-9
+        f_fwd, f_both = flops(b, hq, n, d, causal), flops(b, hq, n, d, causal, True)
         (p_fwd, _), (t_fwd, t_both) = impls["safeattn_portable"], impls["safeattn_tma"]
-        cells = [label, f"{f_fwd / p_fwd:.0f}", f"{f_fwd / t_fwd:.0f} ({p_fwd / t_fwd:.2f})"]
+        cells = [label, f"{tflops(p_fwd, f_fwd):.0f}",
+                 f"{tflops(t_fwd, f_fwd):.0f} ({p_fwd / t_fwd:.2f})"]  # fmt: skip
         for peer in ("cudnn", "flex"):
             c = impls.get(peer)
-            cells.append(f"{f_fwd / c[0]:.0f} ({c[0] / t_fwd:.2f})" if c else "-")
-        cells.append(f"{f_both / t_both:.0f}")
+            cells.append(f"{tflops(c[0], f_fwd):.0f} ({c[0] / t_fwd:.2f})" if c else "-")
+        cells.append(f"{tflops(t_both, f_both):.0f}")
         for peer in ("cudnn", "flex"):
             c = impls.get(peer)
-            cells.append(f"{f_both / c[1]:.0f} ({c[1] / t_both:.2f})" if c else "-")
+            cells.append(f"{tflops(c[1], f_both):.0f} ({c[1] / t_both:.2f})" if c else "-")
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("TFLOP/s; ratio = peer time / Hopper-path time (above 1: safeattn faster)")
     return "\n".join(lines)
