@@ -1,5 +1,5 @@
 """The Hopper path (safeattn/kernels/hopper.py): when it is taken, and that it computes what
-the portable forward computes.
+the portable kernels compute, forward and backward.
 
 CPU: ``SAFEATTN_TMA=1`` forces the path under the interpreter, where both paths run the
 same 32x16 blocks: the outputs must be equal bit for bit, poisoned inputs and empty rows
@@ -86,13 +86,32 @@ def test_use_tma_decision(monkeypatch):
     assert not hopper.use_tma(False, cpu, t, t)
 
 
+def test_the_backward_takes_the_path_up_to_its_head_dim_limit(monkeypatch):
+    """Automatically only up to ``BACKWARD_MAX_HEAD_DIM`` (slower at D=256 on an H100);
+    ``SAFEATTN_TMA=1`` still forces it."""
+    monkeypatch.setattr(hopper, "_capability", lambda index: (9, 0))
+    cuda = torch.device("cuda", 0)
+    small, large = (torch.zeros(1, 2, 64, d, dtype=torch.bfloat16) for d in (128, 256))
+    limit = hopper.BACKWARD_MAX_HEAD_DIM
+    monkeypatch.setenv(hopper.ENV, "auto")
+    assert hopper.use_tma(False, cuda, small, small, max_head_dim=limit)
+    assert not hopper.use_tma(False, cuda, large, large, max_head_dim=limit)
+    assert hopper.use_tma(False, cuda, large, large)  # the forward: no limit
+    monkeypatch.setenv(hopper.ENV, "1")
+    assert hopper.use_tma(False, cuda, large, large, max_head_dim=limit)
+
+
 def test_the_path_has_its_own_configs_and_tune_keys():
     for bucket in (32, 64, 128, 256):
         tma = configs.candidates("forward", bucket, torch.bfloat16, tma=True)
         assert tma and tma == configs._HOPPER_FORWARD[bucket]
         assert all(configs.keep(c, "forward", bucket) for c in tma)
-    with pytest.raises(ValueError, match="no bwd_dq configs"):
-        configs.candidates("bwd_dq", 128, torch.bfloat16, tma=True)
+    for kernel in ("bwd_dkdv", "bwd_dq"):  # the portable lists, until a Hopper sweep
+        assert configs.candidates(kernel, 128, torch.bfloat16, tma=True) == configs.candidates(
+            kernel, 128, torch.bfloat16
+        )
+    with pytest.raises(ValueError, match="no bwd_preprocess configs"):
+        configs.candidates("bwd_preprocess", 128, torch.bfloat16, tma=True)
     with pytest.raises(ValueError, match="float32"):
         configs.candidates("forward", 128, torch.float32, tma=True)
     meta = launch.Meta(False, 1, 1, 1, 8, 8, 64, False, -1, -1, False, 0, 0.1, False)
@@ -106,6 +125,15 @@ def test_the_path_has_its_own_configs_and_tune_keys():
 def _forward(q, k, v, mode, monkeypatch, **kw):
     monkeypatch.setenv(hopper.ENV, mode)
     return safeattn.attention(q, k, v, return_lse=True, **kw)
+
+
+def _fwd_bwd(q, k, v, mode, monkeypatch, **kw):
+    """(out, lse, dq, dk, dv) with ``SAFEATTN_TMA=mode``, from fresh leaves."""
+    monkeypatch.setenv(hopper.ENV, mode)
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    out, lse = safeattn.attention(q, k, v, return_lse=True, **kw)
+    out.backward(torch.ones_like(out) if out.numel() else out)
+    return out.detach(), lse, q.grad, k.grad, v.grad
 
 
 CASES = {
@@ -146,37 +174,41 @@ def test_the_paths_agree(name, dtype, d, device, on_gpu, monkeypatch):
             monkeypatch.setenv(hopper.ENV, mode)
             check_against_reference(q, k, v, **kw)
         return
-    portable = _forward(q, k, v, "0", monkeypatch, **kw)
-    tma = _forward(q, k, v, "1", monkeypatch, **kw)
+    portable = _fwd_bwd(q, k, v, "0", monkeypatch, **kw)
+    tma = _fwd_bwd(q, k, v, "1", monkeypatch, **kw)
     for a, b in zip(portable, tma, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
     # Poison: NaN in one key/value row; with a key mask, in a padding key (excluded) too.
     k2, v2 = k.clone(), v.clone()
     k2[0, :, 7], v2[-1, :, 11] = math.nan, math.inf
-    portable = _forward(q, k2, v2, "0", monkeypatch, **kw)
-    tma = _forward(q, k2, v2, "1", monkeypatch, **kw)
+    portable = _fwd_bwd(q, k2, v2, "0", monkeypatch, **kw)
+    tma = _fwd_bwd(q, k2, v2, "1", monkeypatch, **kw)
     for a, b in zip(portable, tma, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
 
 
-def test_the_kernel_reads_through_the_descriptors(device, monkeypatch):
-    """A mutant whose descriptors swap K and V changes the output: the path really reads its
-    tiles through them (the bit-for-bit agreement above is not two portable runs)."""
+def test_the_kernels_read_through_the_descriptors(device, monkeypatch):
+    """Mutants whose descriptors swap K and V change the output and each gradient: every
+    kernel on the path really reads its tiles through them (the bit-for-bit agreement above
+    is not two portable runs)."""
     q, k, v = rand_qkv(1, 2, 2, 40, 40, 32, torch.float16, device, seed=5)
-    good = _forward(q, k, v, "1", monkeypatch)[0]
+    good = _fwd_bwd(q, k, v, "1", monkeypatch)
     real = hopper.descriptors
 
     def swapped(tensors, rows, block_d):
-        q_, k_, v_, o_ = tensors
-        return real([q_, v_, k_, o_], rows, block_d)
+        tensors = list(tensors)
+        tensors[1], tensors[2] = tensors[2], tensors[1]  # (q, k, v, ...) in every kernel
+        return real(tensors, rows, block_d)
 
     monkeypatch.setattr(passes.hopper, "descriptors", swapped)
-    bad = _forward(q, k, v, "1", monkeypatch)[0]
-    assert not torch.equal(good, bad)
-    monkeypatch.setenv(hopper.ENV, "0")
-    portable = safeattn.attention(q, k, v)  # the portable path ignores them
+    bad = _fwd_bwd(q, k, v, "1", monkeypatch)
+    for name, g, b in zip(("out", "lse", "dq", "dk", "dv"), good, bad, strict=True):
+        assert not torch.equal(g, b), f"{name} did not change"
+    monkeypatch.setattr(passes.hopper, "descriptors", real)
+    portable = _fwd_bwd(q, k, v, "0", monkeypatch)  # the portable path ignores them
     if device == "cpu":  # the same blocks: bit for bit (a GPU tunes each path apart)
-        assert torch.equal(portable, good)
+        for g, p in zip(good, portable, strict=True):
+            assert torch.equal(g, p)
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=HALF_IDS)
@@ -190,18 +222,22 @@ def test_contract_holds_on_the_path(dtype, device, on_gpu, monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("d", [64, 128])
 def test_an_sm90_gpu_takes_the_path_by_default(d, monkeypatch):
-    """On an sm90 GPU, auto takes the path: the forward's tune keys carry ``tma``. (Its
+    """On an sm90 GPU, auto takes the path: every tune key carries ``tma``. (Its
     registers and spills are measured, not asserted: LiveResourcesSuite, docs/perf.)"""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the Hopper path is for sm90 GPUs")
     monkeypatch.setenv(hopper.ENV, "auto")
     launch.clear_choices()
-    q, k, v = rand_qkv(4, 16, 16, 2048, 2048, d, torch.bfloat16, "cuda", seed=6)
-    safeattn.attention(q, k, v, causal=True)
-    keys = [key for key in launch.chosen_configs() if key[0] == "forward"]
-    assert keys and all(("tma", 1) in key[5] for key in keys), keys
+    q, k, v = (
+        t.requires_grad_(True)
+        for t in rand_qkv(4, 16, 16, 2048, 2048, d, torch.bfloat16, "cuda", seed=6)
+    )
+    safeattn.attention(q, k, v, causal=True).backward(torch.ones_like(q))
+    keys = list(launch.chosen_configs())
+    assert {key[0] for key in keys} >= {"forward", "bwd_dkdv", "bwd_dq"}, keys
+    assert all(("tma", 1) in key[5] for key in keys), keys
     monkeypatch.setenv(hopper.ENV, "0")
     launch.clear_choices()
-    safeattn.attention(q, k, v, causal=True)
-    keys = [key for key in launch.chosen_configs() if key[0] == "forward"]
+    safeattn.attention(q, k, v, causal=True).backward(torch.ones_like(q))
+    keys = list(launch.chosen_configs())
     assert keys and all(("tma", 1) not in key[5] for key in keys), keys

@@ -2,10 +2,10 @@
 
 Per shape: the forward of safeattn with ``SAFEATTN_TMA=0`` (portable) and ``=1`` (Hopper),
 of SDPA's cuDNN backend and of compiled FlexAttention, and the forward + backward of each
-(safeattn's backward is the same on both paths). Times are medians of
+(the switch chooses the path of the forward and of both backward kernels). Times are medians of
 ``triton.testing.do_bench`` (L2 flushed before each call), one process, the same inputs for
-every implementation. Also: the launched forward kernel's config, registers and spills per
-path, and the largest difference between the two paths' outputs.
+every implementation. Also: each launched kernel's config, registers and spills per path,
+and the largest difference between the two paths' outputs.
 
     python docs/perf/hopper_ab.py [--json out.json] [--only LABEL-PART]
     python docs/perf/hopper_ab.py --table LOG...    # the table again from logs, no GPU
@@ -99,9 +99,6 @@ def measure(flex, label, dtype, b, hq, hkv, n, d, causal, pad) -> dict:
         outs[name] = out.detach().float()
         out.backward(do)
         fwd = bench(fn)
-        if name.startswith("safeattn"):
-            r = launch.launched_kernels()["forward"]
-            res[name] = f"{r.config} regs {r.registers} spills {r.spills} B"
 
         def step(fn=fn):
             for t in (q, k, v):
@@ -109,6 +106,9 @@ def measure(flex, label, dtype, b, hq, hkv, n, d, causal, pad) -> dict:
             fn().backward(do)
 
         both = bench(step)
+        if name.startswith("safeattn"):
+            res[name] = {kernel: f"{r.config} regs {r.registers} spills {r.spills} B"
+                         for kernel, r in sorted(launch.launched_kernels().items())}  # fmt: skip
         row[name] = {
             "fwd_ms": fwd, "fwd_bwd_ms": both,
             "fwd_tflops": tflops(fwd, flops(b, hq, n, d, causal)),
@@ -143,20 +143,24 @@ def table(times: dict[str, dict[str, tuple[float, float]]]) -> str:
     """The Markdown table of :func:`parse`'s timings (shapes with both safeattn paths)."""
     shapes = {shape[0]: shape for shape in SHAPES}
     lines = ["| shape | portable fwd | Hopper fwd (x portable) | cuDNN fwd (ratio) | "
-             "Flex fwd (ratio) | Hopper fwd+bwd | cuDNN (ratio) | Flex (ratio) |",
-             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "Flex fwd (ratio) | portable fwd+bwd | Hopper fwd+bwd (x portable) | cuDNN (ratio) | "
+             "Flex (ratio) |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for label, impls in times.items():
         if not {"safeattn_portable", "safeattn_tma"} <= impls.keys():
             continue
         _, _, b, hq, _, n, d, causal, _ = shapes[label]
         f_fwd, f_both = flops(b, hq, n, d, causal), flops(b, hq, n, d, causal, True)
-        (p_fwd, _), (t_fwd, t_both) = impls["safeattn_portable"], impls["safeattn_tma"]
+        (p_fwd, p_both), (t_fwd, t_both) = impls["safeattn_portable"], impls["safeattn_tma"]
         cells = [label, f"{tflops(p_fwd, f_fwd):.0f}",
                  f"{tflops(t_fwd, f_fwd):.0f} ({p_fwd / t_fwd:.2f})"]  # fmt: skip
         for peer in ("cudnn", "flex"):
             c = impls.get(peer)
             cells.append(f"{tflops(c[0], f_fwd):.0f} ({c[0] / t_fwd:.2f})" if c else "-")
-        cells.append(f"{tflops(t_both, f_both):.0f}")
+        cells += [
+            f"{tflops(p_both, f_both):.0f}",
+            f"{tflops(t_both, f_both):.0f} ({p_both / t_both:.2f})",
+        ]
         for peer in ("cudnn", "flex"):
             c = impls.get(peer)
             cells.append(f"{tflops(c[1], f_both):.0f} ({c[1] / t_both:.2f})" if c else "-")

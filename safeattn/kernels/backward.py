@@ -31,7 +31,16 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .forward import _allowed_pairs, _bias_tile, _key_ranges, _list_start, _scores, _softcap
+from .forward import (
+    _allowed_pairs,
+    _bias_tile,
+    _key_ranges,
+    _list_start,
+    _scores,
+    _softcap,
+    _tma_store,
+    _tma_tile,
+)
 
 
 @triton.jit(do_not_specialize=["seq_q"])
@@ -135,6 +144,10 @@ def _dkdv_step(
     delta_base,
     km_base,
     am_base,
+    DescQ,
+    DescdO,
+    q_b,
+    q_h,
     start_m,
     offs_n,
     offs_m0,
@@ -163,20 +176,34 @@ def _dkdv_step(
     MASK_KIND: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
     EVEN_D: tl.constexpr,
+    USE_TMA: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
 ):
     """One query block [start_m, start_m + BLOCK_M) into dK, dV. MASKED=False is the plain
-    path: every pair of the block may attend and every row and key is in range."""
+    path: every pair of the block may attend and every row and key is in range. USE_TMA:
+    the Q and dO tiles through DescQ/DescdO at (q_b, q_h, start_m), out-of-bounds read as 0
+    as the masked loads give (forward.py's ``_fwd_step``)."""
     mask_d = offs_d < head_dim
     offs_m = start_m + offs_m0
-    q_ptrs = q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
-    do_ptrs = do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod
+    if USE_TMA:
+        q = _tma_tile(DescQ, q_b, q_h, start_m)
+        do = _tma_tile(DescdO, q_b, q_h, start_m)
+    else:
+        q_ptrs = q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
+        do_ptrs = do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod
+        if MASKED:
+            qd_mask = (offs_m < n_q)[:, None] & mask_d[None, :]
+            q = tl.load(q_ptrs, mask=qd_mask, other=0.0)
+            do = tl.load(do_ptrs, mask=qd_mask, other=0.0)
+        elif EVEN_D:
+            q = tl.load(q_ptrs)
+            do = tl.load(do_ptrs)
+        else:
+            q = tl.load(q_ptrs, mask=mask_d[None, :], other=0.0)
+            do = tl.load(do_ptrs, mask=mask_d[None, :], other=0.0)
     if MASKED:
         row_mask = offs_m < n_q
-        qd_mask = row_mask[:, None] & mask_d[None, :]
-        q = tl.load(q_ptrs, mask=qd_mask, other=0.0)
-        do = tl.load(do_ptrs, mask=qd_mask, other=0.0)
         lse2 = tl.load(lse_base + offs_m * stride_lm, mask=row_mask, other=float("-inf"))
         delta = tl.load(delta_base + offs_m * stride_lm, mask=row_mask, other=0.0)
         live = lse2 != float("-inf")
@@ -186,12 +213,6 @@ def _dkdv_step(
             q = tl.where(live[:, None], q, 0.0)
             do = tl.where(live[:, None], do, 0.0)
     else:
-        if EVEN_D:
-            q = tl.load(q_ptrs)
-            do = tl.load(do_ptrs)
-        else:
-            q = tl.load(q_ptrs, mask=mask_d[None, :], other=0.0)
-            do = tl.load(do_ptrs, mask=mask_d[None, :], other=0.0)
         lse2 = tl.load(lse_base + offs_m * stride_lm)
         delta = tl.load(delta_base + offs_m * stride_lm)
     lse2 = tl.where(lse2 == float("-inf"), float("inf"), lse2)
@@ -251,7 +272,8 @@ def _blocks(start, end, BLOCK: tl.constexpr):
 
 @triton.jit
 def _dkdv_inner(
-    dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, start, count, idx_ptr,
+    dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ, DescdO, q_b, q_h,
+    start, count, idx_ptr,
     offs_n, offs_m0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap, head_dim,
     stride_qm, stride_qd, stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn,
     MASKED: tl.constexpr,
@@ -265,25 +287,26 @@ def _dkdv_inner(
     HAS_SOFTCAP: tl.constexpr,
     BLOCK_M: tl.constexpr,
     EVEN_D: tl.constexpr,
+    USE_TMA: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
 ):  # fmt: skip
     """``count`` query blocks (``_block_start``) of one query head into dK, dV."""
     for i in tl.range(0, count):
         dk, dv = _dkdv_step(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base,
-            _block_start(start, i, idx_ptr, LISTED, SPARSE_Q, BLOCK_M), offs_n, offs_m0,
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ, DescdO,
+            q_b, q_h, _block_start(start, i, idx_ptr, LISTED, SPARSE_Q, BLOCK_M), offs_n, offs_m0,
             offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap, head_dim,
             stride_qm, stride_qd, stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm,
             stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK,
-            MASK_KIND, HAS_SOFTCAP, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+            MASK_KIND, HAS_SOFTCAP, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
         )  # fmt: skip
     return dk, dv
 
 
 @triton.jit
 def _dkdv_head(
-    dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base,
+    dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ, DescdO, q_b, q_h,
     FullNum, FullIdx, PartNum, PartIdx, num_off, idx_off, n_start,
     offs_n, offs_m0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap, head_dim,
     stride_qm, stride_qd, stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn,
@@ -298,6 +321,7 @@ def _dkdv_head(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     EVEN_D: tl.constexpr,
+    USE_TMA: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
 ):  # fmt: skip
@@ -309,20 +333,22 @@ def _dkdv_head(
         n_full = tl.load(FullNum + num_off) * SUB
         n_part = tl.load(PartNum + num_off) * SUB
         dk, dv = _dkdv_inner(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, 0, n_full,
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
+            DescdO, q_b, q_h, 0, n_full,
             FullIdx + idx_off, offs_n, offs_m0, offs_d, n_q, n_k, diag, window_left, window_right,
             qk_scale, softcap, head_dim, stride_qm, stride_qd, stride_dom, stride_dod, stride_lm,
             stride_kmn, stride_amm, stride_amn, False, GUARD, True, SPARSE_Q, HAS_WINDOW_LEFT,
-            HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_M, EVEN_D, DOT_PRECISION,
-            UPCAST_DOT,
+            HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_M, EVEN_D, USE_TMA,
+            DOT_PRECISION, UPCAST_DOT,
         )  # fmt: skip
         dk, dv = _dkdv_inner(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, 0, n_part,
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
+            DescdO, q_b, q_h, 0, n_part,
             PartIdx + idx_off, offs_n, offs_m0, offs_d, n_q, n_k, diag, window_left,
             window_right, qk_scale, softcap, head_dim, stride_qm, stride_qd, stride_dom, stride_dod,
             stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD, True, SPARSE_Q,
             HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_M, False,
-            DOT_PRECISION, UPCAST_DOT,
+            USE_TMA, DOT_PRECISION, UPCAST_DOT,
         )  # fmt: skip
     else:
         lo, full_lo, full_hi, hi = _query_ranges(
@@ -330,28 +356,31 @@ def _dkdv_head(
             BLOCK_M, BLOCK_N, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
         )  # fmt: skip
         dk, dv = _dkdv_inner(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, lo,
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
+            DescdO, q_b, q_h, lo,
             _blocks(lo, full_lo, BLOCK_M), FullIdx, offs_n, offs_m0, offs_d, n_q, n_k, diag,
             window_left, window_right, qk_scale, softcap, head_dim, stride_qm, stride_qd,
             stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD,
             False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
-            HAS_SOFTCAP, BLOCK_M, False, DOT_PRECISION, UPCAST_DOT,
+            HAS_SOFTCAP, BLOCK_M, False, USE_TMA, DOT_PRECISION, UPCAST_DOT,
         )  # fmt: skip
         dk, dv = _dkdv_inner(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, full_lo,
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
+            DescdO, q_b, q_h, full_lo,
             _blocks(full_lo, full_hi, BLOCK_M), FullIdx, offs_n, offs_m0, offs_d, n_q, n_k,
             diag, window_left, window_right, qk_scale, softcap, head_dim, stride_qm, stride_qd,
             stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, False, GUARD,
             False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
-            HAS_SOFTCAP, BLOCK_M, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+            HAS_SOFTCAP, BLOCK_M, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
         )  # fmt: skip
         dk, dv = _dkdv_inner(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, full_hi,
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
+            DescdO, q_b, q_h, full_hi,
             _blocks(full_hi, hi, BLOCK_M), FullIdx, offs_n, offs_m0, offs_d, n_q, n_k, diag,
             window_left, window_right, qk_scale, softcap, head_dim, stride_qm, stride_qd,
             stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD,
             False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
-            HAS_SOFTCAP, BLOCK_M, False, DOT_PRECISION, UPCAST_DOT,
+            HAS_SOFTCAP, BLOCK_M, False, USE_TMA, DOT_PRECISION, UPCAST_DOT,
         )  # fmt: skip
     return dk, dv
 
@@ -360,6 +389,7 @@ def _dkdv_head(
 def _bwd_dkdv(
     Q, K, V, dOut, Lse2, Delta, dK, dV, Leaked,
     KeyMask, AttnMask, CuSeqQ, CuSeqK, FullNum, FullIdx, PartNum, PartIdx,
+    DescQ, DescK, DescV, DescdO, DescdK, DescdV,  # USE_TMA: tensor descriptors; else None
     qk_scale, sm_scale, softcap,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
@@ -390,6 +420,7 @@ def _bwd_dkdv(
     UPCAST_DOT: tl.constexpr,
     GQA: tl.constexpr = False,
     GUARD: tl.constexpr = False,
+    USE_TMA: tl.constexpr = False,  # the Hopper path (kernels/hopper.py)
 ):  # fmt: skip
     """Grid: (cdiv(max Nk, BLOCK_N), B * Hkv). Writes dK, dV for BLOCK_N keys of one KV head,
     summing over the GQA group's query heads in a fixed order.
@@ -438,12 +469,20 @@ def _bwd_dkdv(
     kv_mask = (offs_n < n_k)[:, None] & (offs_d < head_dim)[None, :]
     k_base = K + b64 * stride_kb + hkv64 * stride_kh + k_start.to(tl.int64) * stride_kn
     v_base = V + b64 * stride_vb + hkv64 * stride_vh + k_start.to(tl.int64) * stride_vn
-    k = tl.load(
-        k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0
-    )
-    v = tl.load(
-        v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0
-    )
+    if USE_TMA:  # never varlen (k_start = 0): rows past Nk read as 0, as the masked load
+        k = _tma_tile(DescK, b, h_kv, n_start)
+        v = _tma_tile(DescV, b, h_kv, n_start)
+    else:
+        k = tl.load(
+            k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+            mask=kv_mask,
+            other=0.0,
+        )
+        v = tl.load(
+            v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+            mask=kv_mask,
+            other=0.0,
+        )
     km_base = KeyMask + b64 * stride_kmb
     q_off = q_start.to(tl.int64)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
@@ -464,6 +503,7 @@ def _bwd_dkdv(
             Lse2 + b64 * stride_lb + h64 * stride_lh + q_off * stride_lm,
             Delta + b64 * stride_lb + h64 * stride_lh + q_off * stride_lm,
             km_base, AttnMask + b64 * stride_amb + h64 * stride_amh,
+            DescQ, DescdO, b, h_kv * group + g,
             FullNum, FullIdx, PartNum, PartIdx,
             # the transposed tile lists of query head h: the query tiles that see this key tile
             b64 * stride_snb + h64 * stride_snh + tile_n,
@@ -472,25 +512,29 @@ def _bwd_dkdv(
             qk_scale, softcap, head_dim, stride_qm, stride_qd, stride_dom, stride_dod, stride_lm,
             stride_kmn, stride_amm, stride_amn, GUARD, SPARSE, SPARSE_Q, HAS_WINDOW_LEFT,
             HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_M, BLOCK_N, EVEN_D,
-            DOT_PRECISION, UPCAST_DOT,
+            USE_TMA, DOT_PRECISION, UPCAST_DOT,
         )  # fmt: skip
 
     if MAY_EMPTY and not GUARD:
         bad = (dk != dk) | (tl.abs(dk) == float("inf")) | (dv != dv) | (tl.abs(dv) == float("inf"))
         tl.store(leak_at, tl.max(bad.to(tl.int32)))
     dk = dk * sm_scale
-    dk_base = dK + b64 * stride_dkb + hkv64 * stride_dkh + k_start.to(tl.int64) * stride_dkn
-    dv_base = dV + b64 * stride_dvb + hkv64 * stride_dvh + k_start.to(tl.int64) * stride_dvn
-    tl.store(
-        dk_base + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
-        dk.to(dK.dtype.element_ty),
-        mask=kv_mask,
-    )
-    tl.store(
-        dv_base + offs_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
-        dv.to(dV.dtype.element_ty),
-        mask=kv_mask,
-    )
+    if USE_TMA:
+        _tma_store(DescdK, b, h_kv, n_start, dk.to(dK.dtype.element_ty))
+        _tma_store(DescdV, b, h_kv, n_start, dv.to(dV.dtype.element_ty))
+    else:
+        dk_base = dK + b64 * stride_dkb + hkv64 * stride_dkh + k_start.to(tl.int64) * stride_dkn
+        dv_base = dV + b64 * stride_dvb + hkv64 * stride_dvh + k_start.to(tl.int64) * stride_dvn
+        tl.store(
+            dk_base + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
+            dk.to(dK.dtype.element_ty),
+            mask=kv_mask,
+        )
+        tl.store(
+            dv_base + offs_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
+            dv.to(dV.dtype.element_ty),
+            mask=kv_mask,
+        )
 
 
 @triton.jit
@@ -504,6 +548,10 @@ def _dq_step(
     v_base,
     km_base,
     am_base,
+    DescK,
+    DescV,
+    kv_b,
+    kv_h,
     start_n,
     offs_m,
     offs_n0,
@@ -531,25 +579,31 @@ def _dq_step(
     MASK_KIND: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
     EVEN_D: tl.constexpr,
+    USE_TMA: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
 ):
     """One key block [start_n, start_n + BLOCK_N) into dQ. MASKED=False is the plain path:
-    every pair of the block may attend and every row and key is in range."""
+    every pair of the block may attend and every row and key is in range. USE_TMA: the K and
+    V tiles through DescK/DescV at (kv_b, kv_h, start_n), as forward.py's ``_fwd_step``."""
     mask_d = offs_d < head_dim
     offs_n = start_n + offs_n0
-    k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
-    v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
-    if MASKED:
-        kv_mask = (offs_n < n_k)[:, None] & mask_d[None, :]
-        k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
-        v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
-    elif EVEN_D:
-        k = tl.load(k_ptrs)
-        v = tl.load(v_ptrs)
+    if USE_TMA:
+        k = _tma_tile(DescK, kv_b, kv_h, start_n)
+        v = _tma_tile(DescV, kv_b, kv_h, start_n)
     else:
-        k = tl.load(k_ptrs, mask=mask_d[None, :], other=0.0)
-        v = tl.load(v_ptrs, mask=mask_d[None, :], other=0.0)
+        k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
+        v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+        if MASKED:
+            kv_mask = (offs_n < n_k)[:, None] & mask_d[None, :]
+            k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
+            v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
+        elif EVEN_D:
+            k = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
+        else:
+            k = tl.load(k_ptrs, mask=mask_d[None, :], other=0.0)
+            v = tl.load(v_ptrs, mask=mask_d[None, :], other=0.0)
     s = _scores(q, k, DOT_PRECISION, UPCAST_DOT)
     if UPCAST_DOT == 2:
         dp = tl.dot(do.to(tl.float32), tl.trans(v.to(tl.float32)), input_precision=DOT_PRECISION)
@@ -599,6 +653,10 @@ def _dq_inner(
     v_base,
     km_base,
     am_base,
+    DescK,
+    DescV,
+    kv_b,
+    kv_h,
     start,
     end,
     idx_ptr,
@@ -631,6 +689,7 @@ def _dq_inner(
     HAS_SOFTCAP: tl.constexpr,
     BLOCK_N: tl.constexpr,
     EVEN_D: tl.constexpr,
+    USE_TMA: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
 ):
@@ -640,27 +699,30 @@ def _dq_inner(
         for t in tl.range(start, end):
             start_n = _list_start(idx_ptr, t, SPARSE_K // BLOCK_N, SPARSE_K, BLOCK_N)
             dq = _dq_step(
-                dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, start_n, offs_m, offs_n0,
-                offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap, head_dim,
-                stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn,
-                MASKED, GUARD, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
-                HAS_SOFTCAP, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+                dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
+                kv_h, start_n, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left,
+                window_right, qk_scale, softcap, head_dim, stride_kn, stride_kd, stride_vn,
+                stride_vd, stride_kmn, stride_amm, stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT,
+                HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, EVEN_D, USE_TMA,
+                DOT_PRECISION, UPCAST_DOT,
             )  # fmt: skip
     else:
         for start_n in tl.range(start, end, BLOCK_N):
             dq = _dq_step(
-                dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, start_n, offs_m, offs_n0,
-                offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap, head_dim,
-                stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn,
-                MASKED, GUARD, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
-                HAS_SOFTCAP, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+                dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
+                kv_h, start_n, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left,
+                window_right, qk_scale, softcap, head_dim, stride_kn, stride_kd, stride_vn,
+                stride_vd, stride_kmn, stride_amm, stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT,
+                HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, EVEN_D, USE_TMA,
+                DOT_PRECISION, UPCAST_DOT,
             )  # fmt: skip
     return dq
 
 
 @triton.jit
 def _dq_rows(
-    q, do, lse2, delta, k_base, v_base, km_base, am_base, FullNum, FullIdx, PartNum, PartIdx,
+    q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, kv_b, kv_h, FullNum,
+    FullIdx, PartNum, PartIdx,
     m_start, b64, h64, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right,
     qk_scale, softcap, head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
     stride_amn, stride_snb, stride_snh, stride_sib, stride_sih, stride_sir,
@@ -677,6 +739,7 @@ def _dq_rows(
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
     EVEN_D: tl.constexpr,
+    USE_TMA: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
 ):  # fmt: skip
@@ -692,18 +755,22 @@ def _dq_rows(
         n_full = tl.load(FullNum + num_off) * SUB
         n_part = tl.load(PartNum + num_off) * SUB
         dq = _dq_inner(
-            dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, 0, n_full, FullIdx + idx_off,
+            dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
+            kv_h, 0, n_full, FullIdx + idx_off,
             offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
             head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
             stride_amn, False, GUARD, True, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
-            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, EVEN_D, USE_TMA, DOT_PRECISION,
+            UPCAST_DOT,
         )  # fmt: skip
         dq = _dq_inner(
-            dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, 0, n_part, PartIdx + idx_off,
+            dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
+            kv_h, 0, n_part, PartIdx + idx_off,
             offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
             head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
             stride_amn, True, GUARD, True, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
-            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, DOT_PRECISION, UPCAST_DOT,
+            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, USE_TMA, DOT_PRECISION,
+            UPCAST_DOT,
         )  # fmt: skip
     else:
         lo, full_lo, full_hi, hi = _key_ranges(
@@ -711,25 +778,31 @@ def _dq_rows(
             BLOCK_M, BLOCK_N, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
         )  # fmt: skip
         dq = _dq_inner(
-            dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, lo, full_lo, FullIdx,
+            dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
+            kv_h, lo, full_lo, FullIdx,
             offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
             head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
             stride_amn, True, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
-            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, DOT_PRECISION, UPCAST_DOT,
+            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, USE_TMA, DOT_PRECISION,
+            UPCAST_DOT,
         )  # fmt: skip
         dq = _dq_inner(
-            dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, full_lo, full_hi, FullIdx,
+            dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
+            kv_h, full_lo, full_hi, FullIdx,
             offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
             head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
             stride_amn, False, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
-            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, EVEN_D, USE_TMA, DOT_PRECISION,
+            UPCAST_DOT,
         )  # fmt: skip
         dq = _dq_inner(
-            dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, full_hi, hi, FullIdx,
+            dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
+            kv_h, full_hi, hi, FullIdx,
             offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
             head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
             stride_amn, True, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
-            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, DOT_PRECISION, UPCAST_DOT,
+            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, USE_TMA, DOT_PRECISION,
+            UPCAST_DOT,
         )  # fmt: skip
     return dq
 
@@ -738,6 +811,7 @@ def _dq_rows(
 def _bwd_dq(
     Q, K, V, dOut, Lse2, Delta, dQ,
     KeyMask, AttnMask, CuSeqQ, CuSeqK, FullNum, FullIdx, PartNum, PartIdx,
+    DescQ, DescK, DescV, DescdO, DescdQ,  # USE_TMA: tensor descriptors; else None
     qk_scale, sm_scale, softcap,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
@@ -765,6 +839,7 @@ def _bwd_dq(
     EVEN_D: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
+    USE_TMA: tl.constexpr = False,  # the Hopper path (kernels/hopper.py)
 ):  # fmt: skip
     """Grid: (cdiv(max Nq, BLOCK_M), B * Hq). Writes dQ for BLOCK_M rows of one query head."""
     pid_m = tl.program_id(0)
@@ -797,14 +872,20 @@ def _bwd_dq(
     qd_mask = mask_m[:, None] & (offs_d < head_dim)[None, :]
     q_base = Q + b64 * stride_qb + h64 * stride_qh + q_start.to(tl.int64) * stride_qm
     do_base = dOut + b64 * stride_dob + h64 * stride_doh + q_start.to(tl.int64) * stride_dom
-    q = tl.load(
-        q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd, mask=qd_mask, other=0.0
-    )
-    do = tl.load(
-        do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
-        mask=qd_mask,
-        other=0.0,
-    )
+    if USE_TMA:  # never varlen (q_start = 0): rows past Nq read as 0, as the masked load
+        q = _tma_tile(DescQ, b, h, m_start)
+        do = _tma_tile(DescdO, b, h, m_start)
+    else:
+        q = tl.load(
+            q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+            mask=qd_mask,
+            other=0.0,
+        )
+        do = tl.load(
+            do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+            mask=qd_mask,
+            other=0.0,
+        )
     l_off = b64 * stride_lb + h64 * stride_lh + q_start.to(tl.int64) * stride_lm
     lse2 = tl.load(Lse2 + l_off + offs_m * stride_lm, mask=mask_m, other=float("-inf"))
     delta = tl.load(Delta + l_off + offs_m * stride_lm, mask=mask_m, other=0.0)
@@ -817,12 +898,13 @@ def _bwd_dq(
     am_base = AttnMask + b64 * stride_amb + h64 * stride_amh
 
     dq = _dq_rows(
-        q, do, lse2, delta, k_base, v_base, km_base, am_base, FullNum, FullIdx, PartNum, PartIdx,
-        m_start, b64, h64, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right,
+        q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, b, h_kv, FullNum,
+        FullIdx, PartNum, PartIdx, m_start, b64, h64, offs_m, offs_n0, offs_d, n_q, n_k, diag,
+        window_left, window_right,
         qk_scale, softcap, head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn,
         stride_amm, stride_amn, stride_snb, stride_snh, stride_sib, stride_sih, stride_sir, False,
         HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, SPARSE, SPARSE_Q,
-        SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+        SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
     )  # fmt: skip
     # NOTE: excluded keys (module docstring): redo with the guard only if something leaked.
     # Not compiled in where no in-range key can be excluded (forward.py's _attn_fwd); two
@@ -830,18 +912,22 @@ def _bwd_dq(
     if HAS_WINDOW_LEFT or HAS_WINDOW_RIGHT or HAS_KEY_MASK or MASK_KIND != 0:  # noqa: SIM102
         if tl.max(((dq != dq) | (tl.abs(dq) == float("inf"))).to(tl.int32)) > 0:
             dq = _dq_rows(
-                q, do, lse2, delta, k_base, v_base, km_base, am_base, FullNum, FullIdx, PartNum,
-                PartIdx, m_start, b64, h64, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left,
+                q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, b, h_kv,
+                FullNum, FullIdx, PartNum, PartIdx, m_start, b64, h64, offs_m, offs_n0, offs_d,
+                n_q, n_k, diag, window_left,
                 window_right, qk_scale, softcap, head_dim, stride_kn, stride_kd, stride_vn,
                 stride_vd, stride_kmn, stride_amm, stride_amn, stride_snb, stride_snh, stride_sib,
                 stride_sih, stride_sir, True, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK,
                 MASK_KIND, HAS_SOFTCAP, SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D,
-                EVEN_D, DOT_PRECISION, UPCAST_DOT,
+                EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
             )  # fmt: skip
     dq = dq * sm_scale
-    dq_base = dQ + b64 * stride_dqb + h64 * stride_dqh + q_start.to(tl.int64) * stride_dqm
-    tl.store(
-        dq_base + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
-        dq.to(dQ.dtype.element_ty),
-        mask=qd_mask,
-    )
+    if USE_TMA:
+        _tma_store(DescdQ, b, h, m_start, dq.to(dQ.dtype.element_ty))
+    else:
+        dq_base = dQ + b64 * stride_dqb + h64 * stride_dqh + q_start.to(tl.int64) * stride_dqm
+        tl.store(
+            dq_base + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
+            dq.to(dQ.dtype.element_ty),
+            mask=qd_mask,
+        )

@@ -158,14 +158,15 @@ def candidates(
     ``smem_limit`` (the GPU's opt-in shared memory per block, bytes) drops the configs known
     to need more (:data:`_SMEM_NEEDED`); None keeps every config. ``masked``: the block-mask
     variant (a key_mask or attn_mask), which needs more shared memory for some configs.
-    ``tma``: the forward's Hopper path (fp16/bf16 only), :data:`_HOPPER_FORWARD`.
+    ``tma``: the Hopper path (fp16/bf16 only): :data:`_HOPPER_FORWARD` for the forward, the
+    portable lists for the backward kernels (no Hopper sweep of them yet).
     """
     fp32 = dtype == torch.float32
     bucket = _bucket(head_dim_block)
-    if tma and (kernel != "forward" or fp32):
+    if tma and (kernel == "bwd_preprocess" or fp32):
         raise ValueError(f"safeattn: the Hopper path has no {kernel} configs for {dtype}")
     table = _FP32 if fp32 else _HALF
-    listed = _HOPPER_FORWARD[bucket] if tma else table[kernel][bucket]
+    listed = _HOPPER_FORWARD[bucket] if tma and kernel == "forward" else table[kernel][bucket]
     return [
         c
         for c in listed

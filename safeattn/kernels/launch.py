@@ -413,4 +413,4 @@ def launch_guarded_redo(fn, grid, args, meta: Meta, dtype, device, cfg: KernelCo
     chose, no tuning of its own, not recorded in :func:`launched_kernels`. Its programs
     return at once unless the first launch flagged them (see ``backward._bwd_dkdv``)."""
     kwargs = {**_constexprs(meta, dtype, cfg), **extra, "GUARD": True}
-    _run("bwd_dkdv (guarded)", device, fn, grid, args, kwargs)
+    _run("bwd_dkdv (guarded)", device, fn, grid, args(cfg) if callable(args) else args, kwargs)

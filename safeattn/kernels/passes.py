@@ -147,6 +147,21 @@ def backward(q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, meta: Me
     launch.launch_preprocess(pre_args, pre_grid, meta, dt, dev)
 
     common = (meta.scale * _LOG2E, meta.scale, meta.softcap)
+    # The Hopper path (kernels/hopper.py) for both kernels: its own tune keys.
+    tma = hopper.use_tma(
+        meta.varlen, q.device, q, k, v, dout, dq, dk, dv,
+        max_head_dim=hopper.BACKWARD_MAX_HEAD_DIM,
+    )  # fmt: skip
+    meta = dataclasses.replace(meta, tma=tma)
+    bd = configs.block_d(meta.head_dim)
+
+    def descs(c: configs.KernelConfig, tensors: list, rows: str) -> tuple:
+        # One descriptor per tensor, rows "m" (query tiles) or "n" (key tiles) per letter.
+        if not tma:
+            return (None,) * len(tensors)
+        tile = {"m": c.block_m, "n": c.block_n}
+        return tuple(hopper.descriptors(tensors, [tile[r] for r in rows], bd))
+
     tiles_t = _tile_args(summary, True, q)
     # Where a row can be empty, the dK/dV kernel flags its programs whose results leaked
     # NaN/Inf from an empty row, and a second launch redoes them (backward._bwd_dkdv).
@@ -158,8 +173,9 @@ def backward(q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, meta: Me
             triton.cdiv(meta.seq_k, 16) * meta.batch * meta.heads_kv,
             device=q.device, dtype=torch.int32,
         )  # fmt: skip
-    kv_args = (
-        q, k, v, dout, lse2, delta, dk, dv, leaked, km, am, cu_q, cu_k, *tiles_t[:4], *common,
+    kv_args = lambda c: (
+        q, k, v, dout, lse2, delta, dk, dv, leaked, km, am, cu_q, cu_k, *tiles_t[:4],
+        *descs(c, [q, k, v, dout, dk, dv], "mnnmnn"), *common,
         *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
         *_dense_strides(v, meta.varlen), *_dense_strides(dout, meta.varlen),
         *_dense_strides(dk, meta.varlen), *_dense_strides(dv, meta.varlen),
@@ -168,7 +184,7 @@ def backward(q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, meta: Me
         meta.window_left, meta.window_right, meta.head_dim,
     )  # fmt: skip
     kv_grid = lambda c: (triton.cdiv(meta.seq_k, c.block_n), meta.batch * meta.heads_kv)
-    gqa = {"GQA": group > 1}
+    gqa = {"GQA": group > 1, "USE_TMA": tma}
     cfg = launch._launch(
         "bwd_dkdv", _bwd_dkdv, kv_grid, kv_args, meta, dt, dev, meta.seq_q, meta.seq_k, gqa
     )
@@ -176,8 +192,9 @@ def backward(q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, meta: Me
         launch.launch_guarded_redo(_bwd_dkdv, kv_grid(cfg), kv_args, meta, dt, dev, cfg, gqa)
 
     tiles = _tile_args(summary, False, q)
-    q_args = (
-        q, k, v, dout, lse2, delta, dq, km, am, cu_q, cu_k, *tiles[:4], *common,
+    q_args = lambda c: (
+        q, k, v, dout, lse2, delta, dq, km, am, cu_q, cu_k, *tiles[:4],
+        *descs(c, [q, k, v, dout, dq], "mnnmm"), *common,
         *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
         *_dense_strides(v, meta.varlen), *_dense_strides(dout, meta.varlen),
         *_dense_strides(dq, meta.varlen), *_lse_strides(lse2, meta.varlen), *km_s, *am_s,
@@ -186,7 +203,10 @@ def backward(q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, meta: Me
         meta.window_left, meta.window_right, meta.head_dim,
     )  # fmt: skip
     q_grid = lambda c: (triton.cdiv(meta.seq_q, c.block_m), meta.batch * meta.heads_q)
-    launch._launch("bwd_dq", _bwd_dq, q_grid, q_args, meta, dt, dev, meta.seq_q, meta.seq_k)
+    launch._launch(
+        "bwd_dq", _bwd_dq, q_grid, q_args, meta, dt, dev, meta.seq_q, meta.seq_k,
+        {"USE_TMA": tma},
+    )  # fmt: skip
     return dq, dk, dv
 
 
