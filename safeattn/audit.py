@@ -3,7 +3,7 @@ config shipped to it × dtype × head-dim bucket (no GPU needed) and report shar
 registers and spills against that architecture's limits (``safeattn.gpu_limits``).
 
 Triton compiles for a target without a device (``GPUTarget``); its wheel carries ptxas and
-cuobjdump, which give the register count and local-memory (spill) bytes of the cubin.
+cuobjdump, which give the register count and the per-thread stack (spill) bytes of the cubin.
 Arguments are specialised the way a launch on contiguous, 16-byte-aligned tensors
 specialises them (pointers and strides divisible by 16, unit strides as constants), so the
 figures are those of the kernels that really run.
@@ -50,9 +50,10 @@ from .kernels.configs import KernelConfig
 VARIANTS: tuple[str, ...] = ("causal", "masked", "softcap")
 # The variants that take the block-mask path (its configs, pointers and tile lists).
 _MASKED_VARIANTS = ("masked", "softcap")
-# The audited kernels: the shipped kernels, and the forward's Hopper path (USE_TMA, tiles
-# through tensor descriptors: kernels/hopper.py), audited where it runs (sm90, fp16/bf16).
-KERNELS: tuple[str, ...] = (*configs.KERNELS, "forward_tma")
+# The audited kernels: the shipped kernels, and their Hopper path (USE_TMA, tiles through
+# tensor descriptors: kernels/hopper.py), audited where it runs (sm90, fp16/bf16).
+_TMA_KERNELS = ("forward_tma", "bwd_dkdv_tma", "bwd_dq_tma")
+KERNELS: tuple[str, ...] = (*configs.KERNELS, *_TMA_KERNELS)
 _DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 _TRITON_TYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
@@ -67,7 +68,7 @@ class AuditRow:
     config: str
     shared_bytes: int
     registers: int
-    spills: int  # local-memory bytes per thread (spill space)
+    spills: int  # stack bytes per thread: register spills (cuobjdump's STACK + LOCAL)
     smem_limit: int
     fits: bool
     error: str = ""  # why it did not compile (a compiler crash is a finding, not a crash here)
@@ -78,16 +79,16 @@ def _kernel_fn(kernel: str):
 
     return {
         "forward": forward._attn_fwd,
-        "forward_tma": forward._attn_fwd,
         "bwd_preprocess": backward._bwd_preprocess,
         "bwd_dkdv": backward._bwd_dkdv,
         "bwd_dq": backward._bwd_dq,
-    }[kernel]
+    }[kernel.removesuffix("_tma")]
 
 
 _POINTERS = {"Q", "K", "V", "Out", "dOut", "dK", "dV", "dQ"}
 _FP32_POINTERS = {"Lse2", "Delta"}
-_DESCRIPTORS = {"DescQ": "block_m", "DescK": "block_n", "DescV": "block_n", "DescO": "block_m"}
+_DESCRIPTORS = {"DescQ": "block_m", "DescO": "block_m", "DescdO": "block_m", "DescdQ": "block_m",
+                "DescK": "block_n", "DescV": "block_n", "DescdK": "block_n", "DescdV": "block_n"}
 
 
 def _representative_value(name: str, head_dim: int) -> int:
@@ -111,8 +112,8 @@ def _representative_value(name: str, head_dim: int) -> int:
 
 def _signature(fn, dtype: torch.dtype, variant: str, constexprs: dict, head_dim: int):
     """Signature, constants and attrs for ASTSource, mirroring launch-time specialisation.
-    The forward's descriptors are [1, 1, rows, D] tensor descriptors with USE_TMA (rows:
-    the config's BLOCK_M or BLOCK_N), None otherwise, as passes.forward passes them."""
+    The descriptors are [1, 1, rows, D] tensor descriptors with USE_TMA (rows: the config's
+    BLOCK_M or BLOCK_N), None otherwise, as ``passes`` passes them."""
     signature, consts, attrs = {}, dict(constexprs), {}
     do_not_spec = {p.name for p in fn.params if p.do_not_specialize}
     for i, p in enumerate(fn.params):
@@ -184,7 +185,7 @@ def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: in
         # the dK/dV kernel's GQA loop (group = 2 above); its guarded second launch has the
         # same tiles and is not audited apart
         **({"GQA": True} if kernel == "bwd_dkdv" else {}),
-        **({"USE_TMA": kernel == "forward_tma"} if kernel.startswith("forward") else {}),
+        USE_TMA=kernel in _TMA_KERNELS,
     )
 
 
@@ -194,8 +195,9 @@ def _triton_bin(tool: str) -> str:
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", tool)
 
 
-def _regs_and_local(cubin: bytes) -> tuple[int, int]:
-    """(registers per thread, local-memory bytes per thread) from ``cuobjdump -res-usage``."""
+def _regs_and_stack(cubin: bytes) -> tuple[int, int]:
+    """(registers, stack bytes) per thread from ``cuobjdump -res-usage``. Spills go to the
+    stack frame (``STACK:``; the driver's LOCAL_SIZE_BYTES); ``LOCAL:`` alone read 0."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
@@ -204,8 +206,10 @@ def _regs_and_local(cubin: bytes) -> tuple[int, int]:
             capture_output=True, text=True, check=True,
         ).stdout  # fmt: skip
     regs = re.search(r"REG:(\d+)", text)
-    local = re.search(r"LOCAL:(\d+)", text)
-    return (int(regs.group(1)) if regs else -1, int(local.group(1)) if local else -1)
+    stack = [re.search(rf"{field}:(\d+)", text) for field in ("STACK", "LOCAL")]
+    if regs is None or None in stack:
+        return -1, -1
+    return int(regs.group(1)), sum(int(m.group(1)) for m in stack)
 
 
 def audit_one(
@@ -234,9 +238,9 @@ def audit_one(
         return AuditRow(**row, shared_bytes=-1, registers=-1, spills=-1, fits=False,
                         error=first[:200])  # fmt: skip
     shared = int(compiled.metadata.shared)
-    regs, local = _regs_and_local(compiled.asm["cubin"])
+    regs, stack = _regs_and_stack(compiled.asm["cubin"])
     fits = shared <= arch.smem_optin_bytes and 0 <= regs <= arch.max_regs_per_thread
-    return AuditRow(**row, shared_bytes=shared, registers=regs, spills=local, fits=fits)
+    return AuditRow(**row, shared_bytes=shared, registers=regs, spills=stack, fits=fits)
 
 
 def _jobs(archs, kernels, dtypes, head_dims, variants, configs_override=None):
@@ -246,11 +250,11 @@ def _jobs(archs, kernels, dtypes, head_dims, variants, configs_override=None):
                 for variant in variants if kernel != "bwd_preprocess" else ("causal",):
                     for arch in archs:
                         limits = ARCHS[arch]
-                        tma = kernel == "forward_tma"
+                        tma = kernel in _TMA_KERNELS
                         if tma and not hopper.applies(divmod(limits.capability, 10), dtype):
                             continue
                         cfgs = configs_override or configs.candidates(
-                            "forward" if tma else kernel, hd, dtype, limits.smem_optin_bytes,
+                            kernel.removesuffix("_tma"), hd, dtype, limits.smem_optin_bytes,
                             variant in _MASKED_VARIANTS, tma=tma,
                         )  # fmt: skip
                         for cfg in cfgs:
@@ -399,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[audit] recorded {len(rows)} rows under key {key['key'][:12]} "
               f"(triton {key['triton']}) in {path}", file=sys.stderr)  # fmt: skip
     print(f"{'kernel':<15}{'arch':<6}{'dtype':<10}{'D':>4} {'variant':<8}{'config':<16}"
-          f"{'shared':>8}{'limit':>8}{'regs':>6}{'local':>6}  fits")  # fmt: skip
+          f"{'shared':>8}{'limit':>8}{'regs':>6}{'stack':>6}  fits")  # fmt: skip
     for r in rows:
         print(f"{r.kernel:<15}{r.arch:<6}{r.dtype:<10}{r.head_dim:>4} {r.variant:<8}{r.config:<16}"
               f"{r.shared_bytes:>8}{r.smem_limit:>8}{r.registers:>6}{r.spills:>6}  "

@@ -44,7 +44,7 @@ def main() -> None:
                 target=GPUTarget("cuda", 90, 32),
                 options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
             )
-            regs, local = au._regs_and_local(compiled.asm["cubin"])
+            regs, local = au._regs_and_stack(compiled.asm["cubin"])
             with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
                 f.write(compiled.asm["cubin"])
                 f.flush()
