@@ -104,3 +104,18 @@ def test_run_py_warms_its_gpu_suites(monkeypatch):
     monkeypatch.setattr(run.subprocess, "run", fake_run)
     run.prewarm({}, ["SpeedSuite", "ModelStepSuite"])
     assert seen == [["-m", "tools.prewarm", "--suite", "SpeedSuite", "--suite", "ModelStepSuite"]]
+
+
+def test_gpu_history_hands_the_whole_range_to_one_multi_gpu_run(tmp_path):
+    env, log = _fake_python(tmp_path)
+    proc = subprocess.run(
+        ["bash", str(REPO / "tools" / "gpu_history.sh"), "3", "--same", "--gpus", "all"],
+        cwd=REPO, env={**env, "SAFEATTN_HISTORY_BUDGET_S": "600"}, capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    measured = [c for c in log.read_text().splitlines() if c.startswith("tools/run.py")]
+    assert measured == [
+        "tools/run.py --range HEAD~3..HEAD --skip-existing --no-prewarm --suite gpu "
+        "--budget-s 600 --same --gpus all"
+    ]

@@ -2,6 +2,7 @@
 # Benchmark the last N commits of this repository on this GPU machine, offline, into results/.
 #
 #   bash tools/gpu_history.sh [N] [extra tools/run.py options, e.g. --same]
+#   bash tools/gpu_history.sh 8 --same --gpus all    # every GPU of the host at once
 #
 # N (default 5) commits: HEAD~N..HEAD, oldest first, one tools/run.py call per commit,
 # the GPU suites only (run.py --suite gpu: LiveResources, Speed, Memory, Numerics,
@@ -103,6 +104,19 @@ fi
 budget="${SAFEATTN_HISTORY_BUDGET_S:-0}"
 start=$(date +%s)
 status=0
+gpus=""
+for arg in "$@"; do
+  case "${arg}" in --gpus | --gpus=*) gpus=1 ;; esac
+done
+if [ -n "${gpus}" ]; then
+  # Several GPUs: one run.py call hands the whole range out (tools/runner/gpus.py).
+  limit=()
+  [ "${budget}" -le 0 ] || limit=(--budget-s "${budget}")
+  python3 tools/run.py --range "HEAD~${N}..HEAD" --skip-existing --no-prewarm "${select[@]}" \
+    "${limit[@]}" "${mirror[@]}" "$@" || status=$?
+  echo "[gpu_history] ${N} commits on several GPUs in $(($(date +%s) - start)) s (status ${status})"
+  exit "${status}"
+fi
 for sha in $(git rev-list --first-parent --reverse "HEAD~${N}..HEAD"); do
   elapsed=$(($(date +%s) - start))
   limit=()

@@ -7,6 +7,7 @@ r"""Benchmark this machine with asv: ``python tools/run.py [options]``.
     python tools/run.py --suite gpu          # the GPU suites (or cpu, or suite names)
     python tools/run.py --same -s NumericsSuite --budget-s 480 --mirror "$OUT"
     python tools/run.py --quick -b '^speed\.InterpreterSpeedSuite\.'  # asv -b regexes
+    python tools/run.py --gpus all --range HEAD~8..HEAD --same  # every GPU of this host
 
 Select with ``--suite`` (``runner.suites.SUITES``, ``GROUPS``) or with anchored ``-b`` regexes:
 asv matches ``-b`` with ``re.search``, so ``-b NumericsSuite`` also selects
@@ -66,7 +67,11 @@ What it does, in order (each step prints a ``[run]`` line; asv prints its own pr
    it: asv writes into a staging copy, and each suite's files reach ``results/`` when it
    ends (``runner.results.stage`` / ``publish``).
 
-5. With ``--status FILE`` (or ``SAFEATTN_BENCH_STATUS=FILE``), keeps a small JSON file of
+5. With ``--gpus all|0,1,...``, runs one ``tools/run.py`` per commit and GPU instead, all GPUs
+   at once, commits handed out from a shared queue (``runner.gpus``; its docstring says how
+   results stay whole when several runs write ``results/``).
+
+6. With ``--status FILE`` (or ``SAFEATTN_BENCH_STATUS=FILE``), keeps a small JSON file of
    where the run is (``runner.status.Status``: commit, suite, last progress line, elapsed, done):
    the dashboard shows it as a progress bar while ``make demo`` measures this machine.
 
@@ -90,7 +95,7 @@ from pathlib import Path
 if not __package__:  # run as a script (python tools/run.py): tools.runner is imported from
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
 
-from tools.runner import REPO, log
+from tools.runner import REPO, gpus, locked, log
 from tools.runner.invocation import (
     LAUNCHES_ENV,
     PROGRESS_ENV,
@@ -149,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--results", type=Path, default=REPO / "results", help="results dir")
     parser.add_argument(
+        "--gpus", help="measure on several GPUs of this host at once: all, or indices (0,1)"
+    )
+    parser.add_argument(
         "--status",
         type=Path,
         default=Path(os.environ[STATUS_ENV]) if os.environ.get(STATUS_ENV) else None,
@@ -159,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--suite and --bench select benchmarks two ways: give one of them")
 
     started = time.time()
+    if args.gpus:
+        return _run_gpus(args, started)
     status = Status(args.status)
     status.update(step="reading this machine's versions")
     try:
@@ -200,13 +210,12 @@ def _run(args: argparse.Namespace, started: float, status: Status) -> int:
         # asv writes into a staging copy; results/ gets each suite's files when it ends
         # (tools.runner.results.stage says why).
         staging = Path(tmp) / "results"
-        stage(results, staging, machine)
+        staged = stage(results, staging, machine)
         config = write_config(staging, Path(tmp))
         env[PROGRESS_ENV] = str(Path(tmp) / "progress.log")
         env.pop(STATUS_ENV, None)  # the status file is this script's alone
         status.update(step="registering the machine with asv")
-        if asv(["machine", "--yes", "--machine", machine], env, config) != 0:
-            raise SystemExit("[run] asv machine failed")
+        register(machine, env, config)
         if args.same:
             env_base = dict(env)
         else:
@@ -243,7 +252,8 @@ def _run(args: argparse.Namespace, started: float, status: Status) -> int:
                 if not todo:
                     continue
                 tree = Path(tmp) / "worktrees" / sha[:12]
-                git("worktree", "add", "--detach", str(tree), sha)
+                with locked("git-worktrees"):  # one git lock at a time (runs of --gpus)
+                    git("worktree", "add", "--detach", str(tree), sha)
             try:
                 for name, regexes in todo:
                     elapsed = time.time() - started
@@ -275,24 +285,88 @@ def _run(args: argparse.Namespace, started: float, status: Status) -> int:
                     timings.append((sha, name, outcome))
                     log(f"{name} on {sha[:8]}: {outcome}")
                     status.update(done=status.data["done"] + 1)
-                    publish(staging, results, machine)
-                    write_sidecars(results, machine, started, info, Path(tmp))
+                    publish(staging, results, machine, staged)
+                    write_sidecars(results, machine, started, info, Path(tmp), set(targets))
                     if args.mirror:
                         shutil.copytree(results, args.mirror / results.name, dirs_exist_ok=True)
             except _BudgetUsed:
                 break
             finally:
                 if tree is not None:
-                    git("worktree", "remove", "--force", str(tree))
-        publish(staging, results, machine)  # machine.json of a run that measured nothing
+                    with locked("git-worktrees"):
+                        git("worktree", "remove", "--force", str(tree))
+        publish(staging, results, machine, staged)  # machine.json of a run that measured none
 
-    done = write_sidecars(results, machine, started, info)
+    done = write_sidecars(results, machine, started, info, commits=set(targets))
     if args.mirror:
         shutil.copytree(results, args.mirror / results.name, dirs_exist_ok=True)
     log(f"versions sidecars for {len(done)} commit(s): {', '.join(c[:8] for c in done)}")
     for sha, name, outcome in timings:
         log(f"  {sha[:8]}  {name:<26} {outcome}")
     log(f"done in {time.time() - started:.0f} s; results in {results / machine}")
+    return 1 if failed else 0
+
+
+def register(machine: str, env: dict, config: Path) -> None:
+    """``asv machine --yes`` unless ``machine`` is registered already: asv rewrites
+    ~/.asv-machine.json in place, so runs of ``--gpus`` starting together take turns and only
+    the first one writes it."""
+    import json
+
+    path = Path.home() / ".asv-machine.json"
+    with locked("asv-machine-file"):
+        try:
+            known = machine in json.loads(path.read_text())
+        except (OSError, ValueError):
+            known = False
+        if not known and asv(["machine", "--yes", "--machine", machine], env, config) != 0:
+            raise SystemExit("[run] asv machine failed")
+
+
+def _run_gpus(args: argparse.Namespace, started: float) -> int:
+    """``--gpus``: one ``tools/run.py`` per commit on each chosen GPU (``runner.gpus``)."""
+    try:
+        chosen = gpus.select(args.gpus, gpus.list_gpus())
+    except ValueError as exc:
+        raise SystemExit(f"[run] {exc}") from None
+    if args.same and args.range is None and git("status", "--porcelain", "--untracked-files=no"):
+        log("WARNING: --gpus measures commits: uncommitted changes in the working tree are not")
+    targets = commits_in(args.range or "HEAD")
+    models = sorted({g.name for g in chosen})
+    log(f"{len(targets)} commit(s) on {len(chosen)} GPU(s): "
+        + "; ".join(f"{m}: {sum(g.name == m for g in chosen)}" for m in models))  # fmt: skip
+    selected = [a for name in args.suite for a in ("--suite", name)]
+    selected += [a for regex in args.bench for a in ("--bench", regex)]
+    gpu_suites = [name for name in expand_suites(args.suite, True) if name in GROUPS["gpu"]]
+    if gpu_suites and not args.bench and not args.no_prewarm and not args.quick:
+        prewarm(dict(os.environ, PYTHONUNBUFFERED="1"), gpu_suites)  # once: shared caches
+    deadline = started + args.budget_s if args.budget_s else None
+
+    def command(sha: str) -> list[str]:
+        cmd = [sys.executable, str(REPO / "tools" / "run.py"), "--range", f"{sha}^!",
+               "--no-prewarm", "--results", str(args.results.resolve()),
+               "--launch-method", args.launch_method, *selected]  # fmt: skip
+        cmd += ["--same"] * args.same + ["--quick"] * args.quick
+        cmd += ["--skip-existing"] * args.skip_existing
+        if deadline is not None:
+            cmd += ["--budget-s", f"{max(deadline - time.time(), 1):.0f}"]
+        return cmd
+
+    jobs = gpus.run_all(chosen, targets, command, lambda line: print(line, flush=True), deadline)
+    if args.mirror:
+        shutil.copytree(args.results, args.mirror / args.results.name, dirs_exist_ok=True)
+    for gpu in chosen:
+        mine = [j for j in jobs if j.gpu == gpu]
+        busy = sum(j.seconds for j in mine)
+        log(f"  gpu{gpu.index} ({gpu.name}): {len(mine)} commit(s), busy {busy:.0f} s")
+    failed = [j for j in jobs if j.exit_status != 0]
+    for job in failed:
+        log(f"  FAILED: {job.commit[:8]} on gpu{job.gpu.index} (exit status {job.exit_status})")
+    log(f"done in {time.time() - started:.0f} s on {len(chosen)} GPU(s); "
+        f"results in {args.results.resolve()}")  # fmt: skip
+    if len(jobs) < len(targets) * len(models):
+        log(f"{len(targets) * len(models) - len(jobs)} commit run(s) not started (budget): "
+            "rerun with --skip-existing to resume")  # fmt: skip
     return 1 if failed else 0
 
 

@@ -10,14 +10,38 @@ of work), one responsibility each:
 - ``results``: what a run writes beside asv's results (the versions sidecars with the
   launched configs; benchmarks.json kept a union).
 
-Here: the repository root and the runner's log line, which every piece shares.
+- ``gpus``: all GPUs of a host (``--gpus``): one run per GPU, commits from a shared queue.
+
+Here: the repository root, the runner's log line and a cross-process lock, which every
+piece shares.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent.parent
+
+
+@contextlib.contextmanager
+def locked(what: Path | str) -> Iterator[None]:
+    """Hold a host-wide exclusive lock named after ``what`` (a path or a name) while the
+    block runs: runs of one host (``--gpus``) serialise their writes to a shared results
+    directory, git worktree and asv's machine file. The lock file lives in the system
+    temporary folder, not beside the results (which the dashboard and git read)."""
+    name = hashlib.sha256(str(Path(what).resolve() if isinstance(what, Path) else what).encode())
+    path = Path(tempfile.gettempdir()) / f"safeattn-run-{name.hexdigest()[:16]}.lock"
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def log(message: str) -> None:

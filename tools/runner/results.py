@@ -1,53 +1,75 @@
 """What a run writes beside asv's own results: a versions sidecar per commit measured (with
 the kernel configs the GPU suites launched), and results/benchmarks.json kept a union of
-every machine's benchmarks."""
+every machine's benchmarks.
+
+Several runs may write one results directory at once (``tools/run.py --gpus``: one run per
+GPU): :func:`publish` holds a lock while it writes, and copies only the files its own asv
+run changed, so that no run puts back a stale copy of a file that another run updated."""
 
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import shutil
 from pathlib import Path
 
-from tools.runner import log
+from tools.runner import locked, log
 
 
-def stage(results: Path, staging: Path, machine: str) -> None:
+def stage(results: Path, staging: Path, machine: str) -> dict[str, bytes]:
     """Give asv a private copy to write into: ``results``' benchmarks.json and this machine's
     files under ``staging``. asv rewrites ``benchmarks.json`` from what this machine
     discovers as soon as it starts (a CPU machine discovers no GPU suite), so writing into
     ``results`` directly left a dashboard reading it during the run (``make demo``) without
-    the GPU suites' descriptions until the run ended. :func:`publish` copies back."""
+    the GPU suites' descriptions until the run ended. :func:`publish` copies back.
+
+    Returns the digest of every machine file copied (:func:`publish` skips those asv left
+    as they were)."""
     (staging / machine).mkdir(parents=True, exist_ok=True)
-    if (results / "benchmarks.json").exists():
-        shutil.copy2(results / "benchmarks.json", staging / "benchmarks.json")
-    for path in (results / machine).glob("*.json") if (results / machine).is_dir() else ():
-        shutil.copy2(path, staging / machine / path.name)
+    copied: dict[str, bytes] = {}
+    with locked(results):
+        if (results / "benchmarks.json").exists():
+            shutil.copy2(results / "benchmarks.json", staging / "benchmarks.json")
+        for path in (results / machine).glob("*.json") if (results / machine).is_dir() else ():
+            shutil.copy2(path, staging / machine / path.name)
+            copied[path.name] = _digest(staging / machine / path.name)
+    return copied
 
 
-def publish(staging: Path, results: Path, machine: str) -> list[str]:
+def _digest(path: Path) -> bytes:
+    return hashlib.sha256(path.read_bytes()).digest()
+
+
+def publish(
+    staging: Path, results: Path, machine: str, staged: dict[str, bytes] | None = None
+) -> list[str]:
     """Copy what asv wrote under ``staging`` (see :func:`stage`) into ``results``: this
     machine's new or changed files, each replaced in one rename, and ``benchmarks.json``
     as the union of both (this machine's discovery wins for the benchmarks it has).
-    Returns the names of the files copied."""
+    ``staged``: :func:`stage`'s digests; a file asv left as staged is not copied (another
+    run may have updated it since). Returns the names of the files copied."""
     (results / machine).mkdir(parents=True, exist_ok=True)
     copied = []
-    for path in sorted((staging / machine).glob("*.json")):
-        target = results / machine / path.name
-        if target.exists() and target.read_bytes() == path.read_bytes():
-            continue
-        tmp = target.with_name(target.name + ".tmp")
-        shutil.copy2(path, tmp)
-        tmp.replace(target)
-        copied.append(path.name)
-    discovered = staging / "benchmarks.json"
-    bench_json = results / "benchmarks.json"
-    if discovered.exists():
-        before = json.loads(bench_json.read_text()) if bench_json.exists() else None
-        tmp = bench_json.with_name("benchmarks.json.tmp")
-        shutil.copy2(discovered, tmp)
-        merge_benchmarks_json(tmp, before)
-        tmp.replace(bench_json)
+    with locked(results):
+        for path in sorted((staging / machine).glob("*.json")):
+            if staged is not None and staged.get(path.name) == _digest(path):
+                continue
+            target = results / machine / path.name
+            if target.exists() and target.read_bytes() == path.read_bytes():
+                continue
+            tmp = target.with_name(target.name + ".tmp")
+            shutil.copy2(path, tmp)
+            tmp.replace(target)
+            copied.append(path.name)
+        discovered = staging / "benchmarks.json"
+        bench_json = results / "benchmarks.json"
+        if discovered.exists():
+            before = json.loads(bench_json.read_text()) if bench_json.exists() else None
+            tmp = bench_json.with_name("benchmarks.json.tmp")
+            shutil.copy2(discovered, tmp)
+            merge_benchmarks_json(tmp, before)
+            tmp.replace(bench_json)
     return copied
 
 
@@ -65,9 +87,11 @@ def merge_benchmarks_json(path: Path, before: dict | None) -> None:
 
 
 def write_sidecars(
-    results: Path, machine: str, started: float, info: dict, launches: Path | None = None
-) -> list[str]:
-    """versions-<sha>.json beside every result file that this run wrote. ``launches``: the
+    results: Path, machine: str, started: float, info: dict, launches: Path | None = None,
+    commits: set[str] | None = None,
+) -> list[str]:  # fmt: skip
+    """versions-<sha>.json beside every result file that this run wrote (of ``commits``
+    only, when given: other runs may be writing the same folder). ``launches``: the
     folder of the ``launches-<sha>.jsonl`` files the GPU suites appended to
     (``$SAFEATTN_BENCH_LAUNCHES``), merged into ``safeattn_launches`` (see :func:`launches_of`)."""
     written = []
@@ -77,7 +101,7 @@ def write_sidecars(
         if path.stat().st_mtime < started:
             continue
         commit = json.loads(path.read_text()).get("commit_hash")
-        if not commit:
+        if not commit or (commits is not None and commit not in commits):
             continue
         out = results / machine / f"versions-{commit}.json"
         sidecar = dict(info, machine=machine, commit=commit, result_file=path.name)
