@@ -16,7 +16,7 @@ if _REPO_ROOT not in sys.path:
 
 import streamlit as st  # noqa: E402
 
-from dashboard import progress, state  # noqa: E402
+from dashboard import follow_status, progress, state  # noqa: E402
 from dashboard.views import DEFAULT_PAGE, PAGES  # noqa: E402
 
 # The page files live in app_pages/, not pages/: a pages/ folder next to the entry point
@@ -30,5 +30,6 @@ navigation = st.navigation(
     ]
 )
 state.sidebar()
+follow_status.show(state.results_dir())  # when a follower last updated the results
 progress.show()  # a benchmark run in flight (make demo), above every page
 navigation.run()
