@@ -30,6 +30,13 @@ def toy(tmp_path_factory):
     return toy_results(tmp_path_factory)
 
 
+def planted_ratio(text: str, before: str) -> float:
+    """The ratio printed right after ``before`` (``2.097×``) in ``text``."""
+    found = re.search(re.escape(before) + r"(\d+\.\d+)×", text)
+    assert found, f"no ratio after {before!r} in {text!r}"
+    return float(found.group(1))
+
+
 def fake_measurer(results: Path, shas: dict[str, str], truth: dict[str, str], calls: list,
                   damage=None):  # fmt: skip
     """measure(sha, benchmarks, folder): writes the toy results of ``truth[name of sha]``
@@ -82,7 +89,9 @@ def test_a_real_slowdown_is_confirmed_in_interleaved_fresh_pairs(toy):
     text = render_text(checked)
     n = len(checked.confirmations)
     assert f"0 flagged rows cleared by re-measurement, {n} confirmed" in text
-    assert "blocked in 3/3 pairs: 1.9" in text and "p=" in text  # ratio and p of each pair
+    # The ratio and p of each pair; the ratio is measured (the slow commit repeats its work,
+    # ~2x here, more on a loaded machine), so only its size is checked.
+    assert planted_ratio(text, "blocked in 3/3 pairs: ") > 1.5 and "p=" in text
 
 
 def test_a_false_alarm_is_cleared(toy):
@@ -102,7 +111,8 @@ def test_a_false_alarm_is_cleared(toy):
                                "cleared by re-measurement)")  # fmt: skip
     assert "1 flagged row cleared by re-measurement, 0 confirmed" in markdown
     details = markdown.split("<details><summary>1 cleared row</summary>", 1)[1]
-    assert f"cleared: {TOY_MACHINE} `{SPEED}` impl=safeattn head_dim=64 — first run 1.9" in details
+    first = f"cleared: {TOY_MACHINE} `{SPEED}` impl=safeattn head_dim=64 — first run "
+    assert planted_ratio(details, first) > 1.5
     assert "re-run blocked in 0/3 pairs: " in details
 
 
@@ -319,7 +329,8 @@ def test_the_demo_reads_what_the_gate_logs(toy):
     lines: list[str] = []
     confirm_report(report, fake_measurer(results, shas, {}, []), rounds=3, log=lines.append)
     (found,) = demo.confirm_lines("\n".join(lines))
-    assert found.startswith("CONFIRMED (blocked in 3/3 pairs: 1.9") and "p=" in found
+    assert found.startswith("CONFIRMED (blocked in 3/3 pairs: ") and "p=" in found
+    assert planted_ratio(found, "blocked in 3/3 pairs: ") > 1.5
     assert demo.as_expected(1, 1, True, found)
     assert not demo.as_expected(1, 1, True, "cleared (blocked in 0/3 pairs)")
     assert not demo.as_expected(0, 1, False, "-") and demo.as_expected(0, 0, False, "-")
