@@ -162,8 +162,8 @@ def _signature(fn, dtype: torch.dtype, variant: str, constexprs: dict, head_dim:
 
 
 def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: int, variant: str):
-    masked = variant in _MASKED_VARIANTS
-    if kernel == "bwd_preprocess":
+    masked, base = variant in _MASKED_VARIANTS, kernel.removesuffix("_tma")  # _tma: same kernel
+    if base == "bwd_preprocess":
         return dict(IS_VARLEN=False, BLOCK_M=cfg.block_m, BLOCK_D=head_dim)
     return dict(
         IS_VARLEN=False,
@@ -184,7 +184,7 @@ def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: in
         UPCAST_DOT=0,
         # the dK/dV kernel's GQA loop (group = 2 above); its guarded second launch has the
         # same tiles and is not audited apart
-        **({"GQA": True} if kernel == "bwd_dkdv" else {}),
+        **({"GQA": True} if base == "bwd_dkdv" else {}),
         USE_TMA=kernel in _TMA_KERNELS,
     )
 
