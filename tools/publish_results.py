@@ -16,7 +16,7 @@ Why several runners pushing at once never lose a result:
   ``versions-<sha>.json`` sidecar, the machine's ``machine.json``), so runners never write
   the same file unless they measure the same machine *and* commit (then, as in one results
   directory, the last run wins). Only ``benchmarks.json`` is shared: it is merged as a union
-  (the rule of ``tools/runner/results.merge_benchmarks_json``: this machine's descriptions
+  (``tools/runner/results.union_benchmarks``: this machine's descriptions
   win for the benchmarks it has, the branch keeps the others).
 - Every attempt fetches the branch's tip and builds a new commit on it; the push is a plain
   fast-forward push, never forced. If another runner pushed first, the push is rejected, and
@@ -51,6 +51,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+if not __package__:  # run as a script (python tools/publish_results.py): import tools.runner
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # from the repository root
+
+from tools.runner.results import union_benchmarks
 
 DEFAULT_REMOTE = "origin"
 DEFAULT_BRANCH = "benchmark-results"
@@ -167,12 +172,6 @@ def machine_files(results: Path, machine: str, commits: Sequence[str]) -> dict[s
     if (machine_dir / "machine.json").exists():
         files[f"{BRANCH_DIR}/{machine}/machine.json"] = machine_dir / "machine.json"
     return files
-
-
-def union_benchmarks(ours: dict, theirs: dict | None) -> dict:
-    """benchmarks.json of the branch after this machine's: ours, plus the branch's
-    descriptions of benchmarks ours lacks (GPU suites the other machines discovered)."""
-    return {**(theirs or {}), **ours}
 
 
 # -------------------------------------------------------------------------- git plumbing

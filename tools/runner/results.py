@@ -79,11 +79,17 @@ def merge_benchmarks_json(path: Path, before: dict | None) -> None:
     if before is None or not path.exists():
         return
     now = json.loads(path.read_text())
-    missing = {k: v for k, v in before.items() if k not in now}
-    if missing:
-        now.update(missing)
-        path.write_text(json.dumps(now, indent=4, sort_keys=True))
-        log(f"benchmarks.json: kept {len(missing)} benchmark(s) not discovered on this machine")
+    kept = len(before.keys() - now.keys())
+    if kept:
+        path.write_text(json.dumps(union_benchmarks(now, before), indent=4, sort_keys=True))
+        log(f"benchmarks.json: kept {kept} benchmark(s) not discovered on this machine")
+
+
+def union_benchmarks(ours: dict, theirs: dict | None) -> dict:
+    """benchmarks.json's rule wherever two meet (a run's discovery and results/, a runner's
+    and the results branch: tools/publish_results.py): ours, plus their descriptions of
+    the benchmarks ours lacks."""
+    return {**(theirs or {}), **ours}
 
 
 def write_sidecars(
