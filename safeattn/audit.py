@@ -182,8 +182,8 @@ def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: in
         EVEN_D=True,
         DOT_PRECISION="ieee" if dtype == torch.float32 else "tf32",
         UPCAST_DOT=0,
-        # the dK/dV kernel's GQA loop (group = 2 above); its guarded second launch has the
-        # same tiles and is not audited apart
+        # the dK/dV kernel's GQA loop (group = 2 above); the kernels' guarded second
+        # launches (GUARD=True) have the same tiles and are not audited apart
         **({"GQA": True} if base == "bwd_dkdv" else {}),
         USE_TMA=kernel in _TMA_KERNELS,
     )

@@ -308,6 +308,43 @@ def test_per_pair_exclusion_under_causal(device, on_gpu):
         assert torch.isnan(out[:, :, j:]).all(), "rows attending the NaN key stayed finite"
 
 
+def test_the_guarded_second_launches_keep_excluded_values_out(device, on_gpu, monkeypatch):
+    """The forward, dK/dV and dQ kernels flag the programs whose results came out non-finite
+    and a second launch (GUARD=True) redoes only those: with finite inputs nothing is flagged;
+    with NaN in keys every row excludes, the flagged programs' redo is what keeps the
+    outputs finite (without the second launches they are NaN)."""
+    b, h, n, d = pick(on_gpu, (1, 2, 40, 16), (2, 4, 1000, 64))
+    q, k, v = rand_qkv(b, h, h, n, n, d, torch.float16, device, seed=15)
+    key_mask = torch.ones(b, n, dtype=torch.bool, device=device)
+    key_mask[:, -3:] = False
+    redo = launch.launch_guarded_redo
+    flags: dict[str, list[int]] = {}
+
+    at = {"forward": 13, "bwd_dkdv": 8, "bwd_dq": 7}  # Leaked's place in the arguments
+
+    def spy(name, fn, grid, args, *rest):
+        leaked = (args(rest[-2]) if callable(args) else args)[at[name]]
+        assert leaked.dtype == torch.int32 and leaked.dim() == 1, name
+        redo(name, fn, grid, args, *rest)
+        flags[name] = leaked[: grid[0] * grid[1]].tolist()
+
+    monkeypatch.setattr(launch, "launch_guarded_redo", spy)
+    clean = fwd_bwd(safeattn.attention, q, k, v, torch.ones_like(q), key_mask=key_mask)
+    assert set(flags) == {"forward", "bwd_dkdv", "bwd_dq"}
+    assert not any(v for name in flags for v in flags[name]), flags
+    kp, vp = k.clone(), v.clone()
+    kp[:, :, -3:] = float("nan")  # excluded for every row: NaN V leaks into the forward's
+    vp[:, :, -3:] = float("nan")  # accumulator, NaN K into dQ, unless guarded
+    dirty = fwd_bwd(safeattn.attention, q, kp, vp, torch.ones_like(q), key_mask=key_mask)
+    assert any(flags["forward"]) and any(flags["bwd_dq"]), "no program was flagged"
+    for name, c, x in zip(("out", "lse", "dq", "dk", "dv"), clean, dirty, strict=True):
+        assert c is None or torch.equal(c, x), name
+    monkeypatch.setattr(launch, "launch_guarded_redo", lambda *a, **kw: None)
+    unguarded = fwd_bwd(safeattn.attention, q, kp, vp, torch.ones_like(q), key_mask=key_mask)
+    assert torch.isnan(unguarded[0]).all(), "the first launch alone kept NaN out: test premise"
+    assert torch.isnan(unguarded[2]).any(), "the first dQ launch alone kept NaN out: premise"
+
+
 @pytest.mark.parametrize("where", ["k", "v", "q"])
 def test_included_nan_propagates(where, device, on_gpu):
     b, h, n, d = pick(on_gpu, (1, 2, 20, 16), (2, 4, 512, 64))

@@ -809,7 +809,7 @@ def _dq_rows(
 
 @triton.jit(do_not_specialize=["seq_q", "seq_k", "window_left", "window_right"])
 def _bwd_dq(
-    Q, K, V, dOut, Lse2, Delta, dQ,
+    Q, K, V, dOut, Lse2, Delta, dQ, Leaked,
     KeyMask, AttnMask, CuSeqQ, CuSeqK, FullNum, FullIdx, PartNum, PartIdx,
     DescQ, DescK, DescV, DescdO, DescdQ,  # USE_TMA: tensor descriptors; else None
     qk_scale, sm_scale, softcap,
@@ -840,10 +840,23 @@ def _bwd_dq(
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
     USE_TMA: tl.constexpr = False,  # the Hopper path (kernels/hopper.py)
+    GUARD: tl.constexpr = False,  # the second launch: redo the programs flagged in Leaked
 ):  # fmt: skip
-    """Grid: (cdiv(max Nq, BLOCK_M), B * Hq). Writes dQ for BLOCK_M rows of one query head."""
+    """Grid: (cdiv(max Nq, BLOCK_M), B * Hq). Writes dQ for BLOCK_M rows of one query head.
+
+    Two launches where an in-range key can be excluded, as the forward (forward._attn_fwd):
+    the first writes, per program, whether its dQ came out non-finite (``Leaked``); the
+    second (GUARD=True) redoes only those programs with the guard. A second pass inside one
+    launch spilled (sm90, D=64 M128-N64-w4: a 344-byte stack frame with it, none without)."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
+    MAY_EXCLUDE: tl.constexpr = (
+        HAS_WINDOW_LEFT or HAS_WINDOW_RIGHT or HAS_KEY_MASK or MASK_KIND != 0
+    )
+    leak_at = Leaked + pid_bh * tl.num_programs(0) + pid_m
+    if GUARD:  # noqa: SIM102 (a constexpr and a tensor test do not combine with `and`)
+        if tl.load(leak_at) == 0:
+            return
     b = pid_bh // heads_q
     h = pid_bh % heads_q
     h_kv = h // group
@@ -859,6 +872,8 @@ def _bwd_dq(
         n_k = seq_k
     m_start = pid_m * BLOCK_M
     if m_start >= n_q:
+        if MAY_EXCLUDE and not GUARD:
+            tl.store(leak_at, 0)
         return
     diag = 0
     if BOTTOM_RIGHT:
@@ -902,25 +917,14 @@ def _bwd_dq(
         FullIdx, PartNum, PartIdx, m_start, b64, h64, offs_m, offs_n0, offs_d, n_q, n_k, diag,
         window_left, window_right,
         qk_scale, softcap, head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn,
-        stride_amm, stride_amn, stride_snb, stride_snh, stride_sib, stride_sih, stride_sir, False,
+        stride_amm, stride_amn, stride_snb, stride_snh, stride_sib, stride_sih, stride_sir, GUARD,
         HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, SPARSE, SPARSE_Q,
         SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
     )  # fmt: skip
-    # NOTE: excluded keys (module docstring): redo with the guard only if something leaked.
-    # Not compiled in where no in-range key can be excluded (forward.py's _attn_fwd); two
-    # ifs because a constexpr test and a tensor test do not combine with `and` in Triton.
-    if HAS_WINDOW_LEFT or HAS_WINDOW_RIGHT or HAS_KEY_MASK or MASK_KIND != 0:  # noqa: SIM102
-        if tl.max(((dq != dq) | (tl.abs(dq) == float("inf"))).to(tl.int32)) > 0:
-            dq = _dq_rows(
-                q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, b, h_kv,
-                FullNum, FullIdx, PartNum, PartIdx, m_start, b64, h64, offs_m, offs_n0, offs_d,
-                n_q, n_k, diag, window_left,
-                window_right, qk_scale, softcap, head_dim, stride_kn, stride_kd, stride_vn,
-                stride_vd, stride_kmn, stride_amm, stride_amn, stride_snb, stride_snh, stride_sib,
-                stride_sih, stride_sir, True, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK,
-                MASK_KIND, HAS_SOFTCAP, SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D,
-                EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
-            )  # fmt: skip
+    # NOTE: excluded keys (module docstring): the second launch redoes, with the guard, the
+    # programs whose dQ leaked. Not compiled in where no in-range key can be excluded.
+    if MAY_EXCLUDE and not GUARD:
+        tl.store(leak_at, tl.max(((dq != dq) | (tl.abs(dq) == float("inf"))).to(tl.int32)))
     dq = dq * sm_scale
     if USE_TMA:
         _tma_store(DescdQ, b, h, m_start, dq.to(dQ.dtype.element_ty))

@@ -25,10 +25,10 @@ scores alone cannot keep a poisoned, excluded value out of a row. The guard (GUA
 masked blocks the kernel zeroes non-finite entries of V before the product and records, per
 row, whether any *allowed* key of that row had a non-finite value; such rows are written as
 NaN (contract item 3: an included non-finite input is never silently replaced). The guard
-costs a scan of every masked V tile, so a program first runs without it: a leak can only
-show up as a non-finite accumulator, and only then (inputs holding NaN/Inf) does the program
-redo its rows with the guard. Finite inputs never pay for the scan; results are the same
-either way (for finite V, the guard changes nothing that reaches the product).
+costs a scan of every masked V tile, so a program first runs without it: a leak shows up as
+a non-finite accumulator, and only then (NaN/Inf inputs) does a second launch redo that
+program with the guard (``_attn_fwd``). Finite inputs never pay for the scan; results are
+the same either way (for finite V, the guard changes nothing that reaches the product).
 
 Why one file over ~400 lines: the kernel and the ``@triton.jit`` helpers the backward imports
 from it (``_scores``, ``_key_ranges``, the tile lists, the bias tile) change together and are
@@ -472,6 +472,7 @@ def _attn_fwd(
     FullIdx,
     PartNum,
     PartIdx,
+    Leaked,  # int32 per program: its output needs the guarded redo (where a key can be excluded)
     DescQ,  # USE_TMA: [1, 1, BLOCK_M, BLOCK_D] tensor descriptors of q, k, v, out
     DescK,  # ([1, 1, BLOCK_N, BLOCK_D] for k and v); None otherwise
     DescV,
@@ -510,10 +511,26 @@ def _attn_fwd(
     USE_TMA: tl.constexpr,  # the Hopper path: tiles through DescQ/K/V/O (kernels/hopper.py)
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,  # interpreter only (0 on a GPU): see _scores
+    GUARD: tl.constexpr = False,  # the second launch: redo the programs flagged in Leaked
 ):  # fmt: skip
-    """Grid: (cdiv(max Nq, BLOCK_M), B * Hq). Writes Out rows and Lse2 (log2-domain LSE)."""
+    """Grid: (cdiv(max Nq, BLOCK_M), B * Hq). Writes Out rows and Lse2 (log2-domain LSE).
+
+    Two launches where an in-range key can be excluded (causal, a window or a mask): the
+    first (GUARD=False) writes, per program, whether its accumulator came out non-finite
+    (``Leaked``); the second (GUARD=True) returns at once unless flagged, and redoes the
+    flagged programs with the excluded-value guard, overwriting their Out and Lse2 rows.
+    Why not a second pass inside one launch: it kept every tile of the first pass live
+    across the branch, and the kernel spilled (H100, causal D=128 M128-N128-w8: a 1,568-byte
+    stack frame with it, none without; docs/perf/spill_check_h100_2026-11-27.log)."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
+    MAY_EXCLUDE: tl.constexpr = (
+        HAS_WINDOW_LEFT or HAS_WINDOW_RIGHT or HAS_KEY_MASK or MASK_KIND != 0
+    )
+    leak_at = Leaked + pid_bh * tl.num_programs(0) + pid_m
+    if GUARD:  # noqa: SIM102 (a constexpr and a tensor test do not combine with `and`)
+        if tl.load(leak_at) == 0:
+            return
     b = pid_bh // heads_q
     h = pid_bh % heads_q
     h_kv = h // group
@@ -529,6 +546,8 @@ def _attn_fwd(
         n_k = seq_k
     m_start = pid_m * BLOCK_M
     if m_start >= n_q:
+        if MAY_EXCLUDE and not GUARD:
+            tl.store(leak_at, 0)
         return
     diag = 0
     if BOTTOM_RIGHT:
@@ -560,28 +579,18 @@ def _attn_fwd(
         PartIdx, m_start, b64, h,
         offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
         head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn,
-        stride_snb, stride_snh, stride_sib, stride_sih, stride_sir, False, HAS_WINDOW_LEFT,
+        stride_snb, stride_snh, stride_sib, stride_sih, stride_sir, GUARD, HAS_WINDOW_LEFT,
         HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M,
         BLOCK_N, BLOCK_D, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
     )  # fmt: skip
     # NOTE: excluded values — a non-finite accumulator means NaN/Inf in V reached the
     # product, whether from an allowed key (the guard marks the row) or an excluded one (the
-    # guard keeps it out): redo these rows with the guard.
+    # guard keeps it out): the second launch redoes these programs with the guard.
     # Only causal, a window or a mask can exclude an in-range key: without them nothing can
-    # leak, and the guarded pass is not compiled in (a smaller kernel for dense calls).
-    if HAS_WINDOW_LEFT or HAS_WINDOW_RIGHT or HAS_KEY_MASK or MASK_KIND != 0:
+    # leak, and there is no second launch.
+    if MAY_EXCLUDE and not GUARD:
         acc_bad = tl.max(((acc != acc) | (tl.abs(acc) == float("inf"))).to(tl.int32))
-        if acc_bad > 0:
-            acc, m_i, l_i, row_bad = _fwd_rows(
-                q, k_base, v_base, km_base, am_base, DescK, DescV, b, h_kv, FullNum, FullIdx,
-                PartNum, PartIdx, m_start, b64, h, offs_m, offs_n0, offs_d, n_q, n_k, diag,
-                window_left, window_right,
-                qk_scale, softcap, head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn,
-                stride_amm, stride_amn, stride_snb, stride_snh, stride_sib, stride_sih, stride_sir,
-                True, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP,
-                SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, USE_TMA,
-                DOT_PRECISION, UPCAST_DOT,
-            )  # fmt: skip
+        tl.store(leak_at, acc_bad)
 
     # NOTE: empty rows — l_i == 0 exactly when no key was allowed.
     empty = l_i == 0.0

@@ -408,9 +408,12 @@ def launch_preprocess(args, grid, meta: Meta, dtype, device):
         _record("bwd_preprocess", cfg, compiled, "single")
 
 
-def launch_guarded_redo(fn, grid, args, meta: Meta, dtype, device, cfg: KernelConfig, extra):
-    """Second launch of the dK/dV kernel with ``GUARD=True``: the config the first launch
-    chose, no tuning of its own, not recorded in :func:`launched_kernels`. Its programs
-    return at once unless the first launch flagged them (see ``backward._bwd_dkdv``)."""
+def launch_guarded_redo(
+    name: str, fn, grid, args, meta: Meta, dtype, device, cfg: KernelConfig, extra
+):
+    """Second launch of kernel ``name`` (``forward``, ``bwd_dkdv``, ``bwd_dq``), GUARD=True:
+    the config the first launch chose, no tuning of its own, not recorded in
+    :func:`launched_kernels`. Its programs return at once unless the first launch flagged
+    them (see ``forward._attn_fwd``, ``backward._bwd_dkdv``, ``backward._bwd_dq``)."""
     kwargs = {**_constexprs(meta, dtype, cfg), **extra, "GUARD": True}
-    _run("bwd_dkdv (guarded)", device, fn, grid, args(cfg) if callable(args) else args, kwargs)
+    _run(f"{name} (guarded)", device, fn, grid, args(cfg) if callable(args) else args, kwargs)

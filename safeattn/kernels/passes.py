@@ -98,6 +98,16 @@ def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None):
     # The Hopper path (kernels/hopper.py): its own tune keys and config table.
     tma = hopper.use_tma(meta.varlen, q.device, q, k, v, out)
     meta = dataclasses.replace(meta, tma=tma)
+    # Where a key can be excluded, the kernel flags its programs whose accumulator came out
+    # non-finite, and a second launch redoes them with the guard (forward._attn_fwd).
+    # One int32 per program of the smallest block.
+    may_empty = meta.may_have_empty_rows
+    leaked = q
+    if may_empty:
+        leaked = torch.empty(
+            triton.cdiv(meta.seq_q, 16) * meta.batch * meta.heads_q,
+            device=q.device, dtype=torch.int32,
+        )  # fmt: skip
 
     def args(c: configs.KernelConfig) -> tuple:
         # TMA descriptors carry the config's tile shape: one set per config.
@@ -107,7 +117,8 @@ def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None):
             rows = [c.block_m, c.block_n, c.block_n, c.block_m]
             descs = tuple(hopper.descriptors([q, k, v, out], rows, bd))
         return (
-            q, k, v, out, lse2, km, am, cu_q, cu_k, *tiles[:4], *descs, meta.scale * _LOG2E,
+            q, k, v, out, lse2, km, am, cu_q, cu_k, *tiles[:4], leaked, *descs,
+            meta.scale * _LOG2E,
             meta.softcap, *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
             *_dense_strides(v, meta.varlen), *_dense_strides(out, meta.varlen),
             *_lse_strides(lse2, meta.varlen), *km_s, *am_s, *tiles[4:],
@@ -116,10 +127,13 @@ def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None):
         )  # fmt: skip
 
     grid = lambda c: (triton.cdiv(meta.seq_q, c.block_m), meta.batch * meta.heads_q)
-    launch._launch(
-        "forward", _attn_fwd, grid, args, meta, q.dtype, q.device, meta.seq_q, meta.seq_k,
-        {"USE_TMA": tma},
-    )  # fmt: skip
+    extra = {"USE_TMA": tma}
+    cfg = launch._launch(
+        "forward", _attn_fwd, grid, args, meta, q.dtype, q.device, meta.seq_q, meta.seq_k, extra
+    )
+    if may_empty:
+        launch.launch_guarded_redo("forward", _attn_fwd, grid(cfg), args, meta, q.dtype, q.device,
+                                   cfg, extra)  # fmt: skip
     return out, lse2
 
 
@@ -189,11 +203,19 @@ def backward(q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, meta: Me
         "bwd_dkdv", _bwd_dkdv, kv_grid, kv_args, meta, dt, dev, meta.seq_q, meta.seq_k, gqa
     )
     if may_empty:
-        launch.launch_guarded_redo(_bwd_dkdv, kv_grid(cfg), kv_args, meta, dt, dev, cfg, gqa)
+        launch.launch_guarded_redo("bwd_dkdv", _bwd_dkdv, kv_grid(cfg), kv_args, meta, dt, dev, cfg,
+                                   gqa)  # fmt: skip
 
     tiles = _tile_args(summary, False, q)
+    # The dQ kernel flags and redoes its programs the same way (backward._bwd_dq).
+    leaked_q = q
+    if may_empty:
+        leaked_q = torch.empty(
+            triton.cdiv(meta.seq_q, 16) * meta.batch * meta.heads_q,
+            device=q.device, dtype=torch.int32,
+        )  # fmt: skip
     q_args = lambda c: (
-        q, k, v, dout, lse2, delta, dq, km, am, cu_q, cu_k, *tiles[:4],
+        q, k, v, dout, lse2, delta, dq, leaked_q, km, am, cu_q, cu_k, *tiles[:4],
         *descs(c, [q, k, v, dout, dq], "mnnmm"), *common,
         *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
         *_dense_strides(v, meta.varlen), *_dense_strides(dout, meta.varlen),
@@ -203,10 +225,13 @@ def backward(q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, meta: Me
         meta.window_left, meta.window_right, meta.head_dim,
     )  # fmt: skip
     q_grid = lambda c: (triton.cdiv(meta.seq_q, c.block_m), meta.batch * meta.heads_q)
-    launch._launch(
-        "bwd_dq", _bwd_dq, q_grid, q_args, meta, dt, dev, meta.seq_q, meta.seq_k,
-        {"USE_TMA": tma},
-    )  # fmt: skip
+    extra = {"USE_TMA": tma}
+    cfg = launch._launch(
+        "bwd_dq", _bwd_dq, q_grid, q_args, meta, dt, dev, meta.seq_q, meta.seq_k, extra
+    )
+    if may_empty:
+        launch.launch_guarded_redo("bwd_dq", _bwd_dq, q_grid(cfg), q_args, meta, dt, dev, cfg,
+                                   extra)  # fmt: skip
     return dq, dk, dv
 
 
