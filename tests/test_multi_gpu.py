@@ -245,3 +245,26 @@ def test_run_py_measures_a_range_on_two_gpus_and_resumes(tmp_path, monkeypatch):
         if not path.name.startswith("versions-"):
             data = json.loads(path.read_text())
             assert data["results"] == measured[data["commit_hash"]], path.name
+
+
+def test_run_py_stops_with_a_hint_in_a_clone_without_the_measured_branch(tmp_path):
+    """A clone with no local ``main`` (``git clone`` of a bundle whose HEAD is unnamed, then a
+    detached checkout): asv would fail every commit with "Unknown branch main" after minutes
+    of GPU time, so run.py stops first, naming the branch and the fix."""
+    import shutil
+    import subprocess
+
+    from tools.runner import REPO
+
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    subprocess.run(["git", "checkout", "-q", "--detach"], cwd=clone, check=True)
+    subprocess.run(["git", "branch", "-q", "-D", "main"], cwd=clone, check=True)
+    shutil.copytree(REPO / "tools", clone / "tools", dirs_exist_ok=True)  # this tree's runner
+    run = subprocess.run(
+        [sys.executable, "tools/run.py", "--same", "--range", "HEAD", "--gpus", "all"],
+        cwd=clone, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode != 0
+    assert "branch 'main'" in run.stderr and "git checkout -B main" in run.stderr, run.stderr
+    assert "[gpu" not in run.stdout + run.stderr  # stopped before any GPU was listed or used

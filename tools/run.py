@@ -101,6 +101,7 @@ from tools.runner.invocation import (
     PROGRESS_ENV,
     QUICK_ENV,
     asv,
+    check_branches,
     check_offline_prerequisites,
     commits_in,
     git,
@@ -167,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--suite and --bench select benchmarks two ways: give one of them")
 
     started = time.time()
+    check_branches()
     if args.gpus:
         return _run_gpus(args, started)
     status = Status(args.status)

@@ -22,23 +22,23 @@ mkdir -p "${out}"
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee "${out}/gpus.txt"
 python3 -m tools.prewarm "${select[@]}" > "${out}/prewarm.log" 2>&1 || true
 
-measure() {  # name, --gpus spec
-  local start end
+measure() {  # name, --gpus spec; prints "seconds exit-status"
+  local start end rc=0
   rm -rf "/tmp/multi_gpu_ab_$1"
   start=$(date +%s)
   python3 tools/run.py --range "HEAD~${N}..HEAD" --same --no-prewarm "${select[@]}" \
-    --results "/tmp/multi_gpu_ab_$1" --gpus "$2" > "${out}/$1.log" 2>&1
+    --results "/tmp/multi_gpu_ab_$1" --gpus "$2" > "${out}/$1.log" 2>&1 || rc=$?
   end=$(date +%s)
-  echo "$((end - start))"
+  echo "$((end - start)) ${rc}"
 }
 
 one=$(measure one_gpu 0)
 two=$(measure two_gpus 0,1)
-python3 - "${one}" "${two}" "${N}" <<'EOF' | tee "${out}/summary.txt"
+python3 - ${one} ${two} "${N}" <<'EOF' | tee "${out}/summary.txt"
 import json, sys
 from pathlib import Path
 
-one, two, n = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+one, one_rc, two, two_rc, n = map(int, sys.argv[1:6])
 shapes = {}
 for name in ("one_gpu", "two_gpus"):
     root = Path(f"/tmp/multi_gpu_ab_{name}")
@@ -53,4 +53,8 @@ for name in ("one_gpu", "two_gpus"):
 print(f"wall: 1 GPU {one} s, 2 GPUs {two} s, speed-up {one / max(two, 1):.2f}x (target >= 1.8x)")
 same = shapes["one_gpu"] == shapes["two_gpus"]
 print("same files and benchmark names in both runs:", same)
+# A failed run is fast: its wall time says nothing about the scheduler.
+if one_rc or two_rc or any(len(files) != n for files in shapes.values()):
+    print(f"NOT A MEASUREMENT: exit status 1 GPU {one_rc}, 2 GPUs {two_rc}, or a commit missing")
+    sys.exit(1)
 EOF

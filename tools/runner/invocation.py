@@ -37,6 +37,23 @@ def commits_in(spec: str) -> list[str]:
     return hashes
 
 
+def check_branches() -> None:
+    """Stop with a hint when a branch asv.conf.json names is not a local branch here: asv
+    then fails every commit with "Unknown branch" (a detached or single-branch clone)."""
+    import json5  # an asv dependency: asv.conf.json has comments
+
+    conf = json5.loads((REPO / "asv.conf.json").read_text())
+    for branch in conf.get("branches", []):
+        try:
+            git("rev-parse", "--verify", "--quiet", f"refs/heads/{branch}")
+        except subprocess.CalledProcessError:
+            raise SystemExit(
+                f"[run] asv.conf.json measures branch {branch!r}, which this clone does not "
+                f"have as a local branch (asv would fail every commit).\nHINT: git branch "
+                f"{branch} <commit> (or git checkout -B {branch} <commit>), then run again"
+            ) from None
+
+
 def write_config(results: Path, workdir: Path) -> Path:
     """asv.conf.json with absolute paths and ``results_dir`` = ``results``."""
     import json5  # an asv dependency: asv.conf.json has comments
