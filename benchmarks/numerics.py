@@ -44,6 +44,7 @@ FAMILIES = [
     "varlen_empty_seqs",
     "extreme_grad_out",
     "softcap",
+    "trainable_bias",
 ]
 DTYPES = ["float16", "bfloat16"]
 GPU_IMPLS = [metrics.OWN_IMPL, *metrics.PEERS]

@@ -259,8 +259,9 @@ def check_key_mask(key_mask: Any, q: Tensor, k: Tensor, batch: int, seq_k: int) 
 def check_attn_mask(
     attn_mask: Any, q: Tensor, k: Tensor, v: Tensor, target: tuple[int, int, int, int]
 ) -> Tensor:
-    """``attn_mask``: bool or float, on q's device, no grad, broadcastable to ``target``
-    (B, Hq, Nq, Nk). Returns the expanded view."""
+    """``attn_mask``: bool or float, on q's device, broadcastable to ``target``
+    (B, Hq, Nq, Nk). Returns the expanded view (a float mask that requires grad gets its
+    gradient through it: the kernels' dBias, summed by autograd over broadcast axes)."""
     if not isinstance(attn_mask, Tensor):
         raise error(
             TypeError,
@@ -283,13 +284,6 @@ def check_attn_mask(
             "`attn_mask` must be on the same device as `q`.",
             {"attn_mask": describe(attn_mask), "q": describe(q)},
             "move it with `attn_mask = attn_mask.to(q.device)`.",
-        )
-    if attn_mask.dtype.is_floating_point and attn_mask.requires_grad:
-        raise error(
-            ValueError,
-            "`attn_mask` requires grad, but no gradient flows to attn_mask in v1.",
-            {"attn_mask": describe(attn_mask) + ", requires_grad=True"},
-            "pass `attn_mask.detach()`; a learnable bias is not supported yet.",
         )
     try:
         if attn_mask.dim() > 4:

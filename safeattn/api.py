@@ -89,7 +89,10 @@ def attention(
             ``attn_mask`` and Hugging Face's ``attention_mask``; the opposite of
             ``nn.MultiheadAttention``'s ``key_padding_mask``).
         attn_mask: bool (True = attend) or additive float, broadcastable to (B, Hq, Nq, Nk).
-            No gradient flows to it (a float mask that requires grad is refused).
+            A float mask may require grad (a trainable bias): the backward returns its
+            gradient dBias (= dS, 0 at excluded pairs and on empty rows), summed over the
+            axes it was broadcast along. Cost: one (B, Hq, Nq, Nk) tensor of the mask's
+            dtype written by the dQ kernel (no other N x N buffer); deterministic.
         scale: logit scale; default 1/sqrt(D).
         softcap: logit soft-capping (Gemma 2; FlashAttention-2's and FlexAttention's
             ``softcap``): each score ``s = q·k · scale`` becomes ``softcap · tanh(s / softcap)``

@@ -47,9 +47,10 @@ from .kernels.configs import KernelConfig
 # two-sided window); "softcap" is "masked" plus logit soft-capping (HAS_SOFTCAP), the
 # heaviest combination: the cap adds arithmetic on the score tile (tanh, and its derivative
 # in the backward) and registers to hold it, no loads.
-VARIANTS: tuple[str, ...] = ("causal", "masked", "softcap")
+# "dbias" is "masked" plus the dBias stores of a trainable bias (HAS_DBIAS), dQ kernels only.
+VARIANTS: tuple[str, ...] = ("causal", "masked", "softcap", "dbias")
 # The variants that take the block-mask path (its configs, pointers and tile lists).
-_MASKED_VARIANTS = ("masked", "softcap")
+_MASKED_VARIANTS = ("masked", "softcap", "dbias")
 # The audited kernels: the shipped kernels, and their Hopper path (USE_TMA, tiles through
 # tensor descriptors: kernels/hopper.py), audited where it runs (sm90, fp16/bf16).
 _TMA_KERNELS = ("forward_tma", "bwd_dkdv_tma", "bwd_dq_tma")
@@ -95,7 +96,7 @@ def _representative_value(name: str, head_dim: int) -> int:
     """A launch-like value for an integer argument (contiguous (B, H, N, D) tensors)."""
     if name.endswith("d") and name.startswith("stride"):
         return 1  # unit stride along D (and along keys of a key mask)
-    if name in ("stride_kmn", "stride_amn", "stride_lm"):
+    if name in ("stride_kmn", "stride_amn", "stride_dbn", "stride_lm"):
         return 1
     if name.startswith("stride"):
         return 1024 * head_dim if name.endswith(("b", "h")) else head_dim
@@ -136,7 +137,7 @@ def _signature(fn, dtype: torch.dtype, variant: str, constexprs: dict, head_dim:
             signature[name] = "*i32"
         elif name == "KeyMask":
             signature[name] = "*u8"
-        elif name == "AttnMask":
+        elif name in ("AttnMask", "DBias"):  # DBias: the mask's dtype
             masked = variant in _MASKED_VARIANTS
             signature[name] = "*" + (_TRITON_TYPES[dtype] if masked else "u8")
         elif name.startswith("CuSeq"):
@@ -185,6 +186,7 @@ def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: in
         # the dK/dV kernel's GQA loop (group = 2 above); the kernels' guarded second
         # launches (GUARD=True) have the same tiles and are not audited apart
         **({"GQA": True} if base == "bwd_dkdv" else {}),
+        **({"HAS_DBIAS": variant == "dbias"} if base == "bwd_dq" else {}),
         USE_TMA=kernel in _TMA_KERNELS,
     )
 
@@ -248,6 +250,8 @@ def _jobs(archs, kernels, dtypes, head_dims, variants, configs_override=None):
         for dtype in dtypes:
             for hd in head_dims:
                 for variant in variants if kernel != "bwd_preprocess" else ("causal",):
+                    if variant == "dbias" and kernel.removesuffix("_tma") != "bwd_dq":
+                        continue  # only the dQ kernel has HAS_DBIAS
                     for arch in archs:
                         limits = ARCHS[arch]
                         tma = kernel in _TMA_KERNELS
@@ -281,16 +285,9 @@ def audit(
     ``configs_override`` audits the given configs instead of the shipped ones (tests).
     ``progress``: True prints a line every 10 compiles to stderr; a callable gets the line
     instead (the asv suite forwards it to its progress file)."""
-    jobs = list(
-        _jobs(
-            list(archs or ARCHS),
-            list(kernels or KERNELS),
-            list(dtypes or configs.DTYPES),
-            list(head_dims or configs.HEAD_DIM_BUCKETS),
-            list(variants or VARIANTS),
-            configs_override,
-        )
-    )
+    jobs = list(_jobs(list(archs or ARCHS), list(kernels or KERNELS),
+                      list(dtypes or configs.DTYPES), list(head_dims or configs.HEAD_DIM_BUCKETS),
+                      list(variants or VARIANTS), configs_override))  # fmt: skip
     workers = workers or cpu_count()
     rows: list[AuditRow] = []
     # Under TRITON_INTERPRET=1 the kernels are interpreter objects that cannot be compiled:

@@ -168,23 +168,35 @@ def _varlen_as_dense(impl: Impl, case: Case, q: Tensor, k: Tensor, v: Tensor) ->
 class _Run:
     out: Tensor
     grads: tuple[Tensor, Tensor, Tensor]
+    dbias: Tensor | None = None  # a trainable_bias case's attn_mask gradient
 
     def tensors(self) -> dict[str, Tensor]:
-        return {"out": self.out, "dq": self.grads[0], "dk": self.grads[1], "dv": self.grads[2]}
+        named = {"out": self.out, "dq": self.grads[0], "dk": self.grads[1], "dv": self.grads[2]}
+        return named if self.dbias is None else {**named, "dbias": self.dbias}
 
 
 def _run(
-    fn: Callable[[Tensor, Tensor, Tensor], Tensor],
+    fn: Callable[..., Tensor],
     inputs: tuple[Tensor, Tensor, Tensor],
     do: Tensor,
     dtype: torch.dtype,
+    bias: Tensor | None = None,
 ) -> _Run:
-    """Forward + backward on fresh leaf copies (strides kept) of inputs, cast to dtype."""
+    """Forward + backward on fresh leaf copies (strides kept) of inputs, cast to dtype; with
+    ``bias``, also of it (its own dtype, float64 in a float64 run) as ``attn_mask=``."""
     leaves = [x.detach().to(dtype).clone().requires_grad_() for x in inputs]
-    out = fn(*leaves)
+    if bias is None:
+        out = fn(*leaves)
+    else:
+        bias = bias.detach().to(torch.float64 if dtype == torch.float64 else bias.dtype)
+        bias = bias.clone().requires_grad_()
+        out = fn(*leaves, attn_mask=bias)
     out.backward(do.to(out.dtype))
     grads = tuple(x.grad if x.grad is not None else torch.zeros_like(x).detach() for x in leaves)
-    return _Run(out.detach(), grads)
+    dbias = None
+    if bias is not None:
+        dbias = bias.grad if bias.grad is not None else torch.zeros_like(bias).detach()
+    return _Run(out.detach(), grads, dbias)
 
 
 def _max_abs(x: Tensor) -> float:
@@ -240,7 +252,7 @@ def _first_bad(t: Tensor, bad: Tensor) -> str:
 def check(case: Case, impl: Any) -> Verdict:
     """Run impl forward + backward on case; decide against the float64 reference.
 
-    nonfinite: any NaN/Inf in out, dq, dk, dv (every family expects all finite).
+    nonfinite: any NaN/Inf in out, dq, dk, dv (and dbias; every family expects all finite).
     wrong (only judged when all finite): non-zero output or dq on an empty row, non-zero dk/dv
     on a key no row may attend, poisoned twin not bitwise equal to the clean one, or an error
     vs float64 beyond the tolerance rule of the module docstring.
@@ -249,22 +261,24 @@ def check(case: Case, impl: Any) -> Verdict:
     dtype = case.q.dtype
     inputs = (case.q, case.k, case.v)
 
-    def impl_fn(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    def impl_fn(q: Tensor, k: Tensor, v: Tensor, **over: Any) -> Tensor:
         if not case.varlen:
-            return case.call(impl.attention, q, k, v)
+            return case.call(impl.attention, q, k, v, **over)
         if impl.varlen is not None:
             return case.call(impl.varlen, q, k, v)
         return _varlen_as_dense(impl, case, q, k, v)
 
     ref_fn = reference.varlen_attention if case.varlen else reference.attention
 
+    bias = case.kwargs["attn_mask"] if case.trainable_bias else None
+
     def reference_run(run_dtype: torch.dtype, upcast: bool) -> _Run:
-        def fn(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-            return case.call(lambda *a, **kw: ref_fn(*a, **kw, upcast=upcast), q, k, v)
+        def fn(q: Tensor, k: Tensor, v: Tensor, **over: Any) -> Tensor:
+            return case.call(lambda *a, **kw: ref_fn(*a, **kw, upcast=upcast), q, k, v, **over)
 
-        return _run(fn, inputs, case.do, run_dtype)
+        return _run(fn, inputs, case.do, run_dtype, bias)
 
-    got = _run(impl_fn, inputs, case.do, dtype).tensors()
+    got = _run(impl_fn, inputs, case.do, dtype, bias).tensors()
     exact = reference_run(torch.float64, upcast=True).tensors()
 
     problems = [
@@ -274,6 +288,8 @@ def check(case: Case, impl: Any) -> Verdict:
         if not torch.isfinite(t).all()
     ]
     floors = _natural_scales(case)
+    if bias is not None:  # dBias = dS = P (dP - delta), |dP| <= max |do . v|
+        floors["dbias"] = _max_row_norm(case.do) * _max_row_norm(case.v)
     errors = {name: _rel_error(got[name], exact[name], floors[name]) for name in got}
     max_error = max(errors.values(), default=0.0)
     if problems:
@@ -290,10 +306,15 @@ def check(case: Case, impl: Any) -> Verdict:
             problems.append(
                 f"{name} non-zero on a key no row attends: key {nonzero.nonzero()[0].tolist()}"
             )
+    if bias is not None:  # every excluded pair (so every pair of an empty row): dBias = 0
+        p = check_attention(case.q, case.k, case.v, **case.kwargs, allow_float64=True)
+        nonzero = (got["dbias"] != 0) & ~allowed_mask(p)
+        if nonzero.any():
+            problems.append(f"dbias non-zero on an excluded pair: {nonzero.nonzero()[0].tolist()}")
 
     # Contract item 2: the poisoned case must equal its clean twin bitwise.
     if case.clean is not None:
-        twin = _run(impl_fn, case.clean, case.do, dtype).tensors()
+        twin = _run(impl_fn, case.clean, case.do, dtype, bias).tensors()
         for name in got:
             if not torch.equal(got[name], twin[name]):
                 diff = got[name] != twin[name]

@@ -4,6 +4,9 @@ benchmarks and the dashboard.
 Each :class:`Family` builds a :class:`Case` (inputs, call arguments, upstream gradient and
 what the contract expects) from a seed: :func:`make_case`. Running an implementation on a
 case and judging it against the contract (``check``, ``rates``) is :mod:`safeattn.contract`.
+
+Why one file over ~400 lines: the families are one table (:data:`FAMILIES`) with a short
+builder per entry beside it; split, the single source of truth would be scattered.
 """
 
 from __future__ import annotations
@@ -52,14 +55,20 @@ class Case:
     empty_rows: Tensor  # bool, out's shape without D: exact-0 output and exact-0 dq there
     unattended_keys: Tensor  # bool, k's shape without D: keys no query may attend: dk = dv = 0
     clean: tuple[Tensor, Tensor, Tensor] | None = None  # twin with finite excluded K/V
+    # kwargs["attn_mask"] (full (B, Hq, Nq, Nk) float) is trained: its gradient is judged
+    # too, exactly 0 on empty rows and at -inf pairs (safeattn.contract)
+    trainable_bias: bool = False
 
-    def call(self, fn: Callable[..., Tensor], q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """fn(q, k, v, ...) with this case's arguments (fn: attention- or varlen-like)."""
+    def call(
+        self, fn: Callable[..., Tensor], q: Tensor, k: Tensor, v: Tensor, **override: Any
+    ) -> Tensor:
+        """fn(q, k, v, ...) with this case's arguments (fn: attention- or varlen-like);
+        ``override`` replaces some (a trained attn_mask leaf)."""
+        kw = {**self.kwargs, **override}
         if self.varlen:
-            kw = dict(self.kwargs)
             lengths = [kw.pop(name) for name in VARLEN_POSITIONAL]
             return fn(q, k, v, *lengths, **kw)
-        return fn(q, k, v, **self.kwargs)
+        return fn(q, k, v, **kw)
 
 
 @dataclass(frozen=True)
@@ -116,6 +125,7 @@ def _dense_case(
     v: Tensor,
     do: Tensor | None = None,
     clean: tuple[Tensor, Tensor, Tensor] | None = None,
+    trainable_bias: bool = False,
     **kwargs: Any,
 ) -> Case:
     """Move float32 host tensors to (dtype, device) and derive the expectations."""
@@ -136,6 +146,7 @@ def _dense_case(
         empty_rows=empty,
         unattended_keys=unattended,
         clean=None if clean is None else tuple(_leaf(x, dtype, device) for x in clean),
+        trainable_bias=trainable_bias,
     )
 
 
@@ -356,6 +367,22 @@ def _softcap(seed: int, dtype: torch.dtype, device: Any, size: Size) -> Case:
     )
 
 
+def _trainable_bias(seed: int, dtype: torch.dtype, device: Any, size: Size) -> Case:
+    gen = torch.Generator().manual_seed(seed)
+    b, hq, hkv, n, d = (2, 2, 1, 37, 16) if size == "small" else (2, 8, 2, 1000, 128)
+    q, k, v = _randn(gen, b, hq, n, d), _randn(gen, b, hkv, n, d), _randn(gen, b, hkv, n, d)
+    # A learned pair bias (B, Hq, N, N): N(0, 3), 5% of entries +-60 (a saturated softmax,
+    # where P is 0 or 1 and dS tiny), 10% -inf, whole -inf rows; with left padding + causal.
+    bias = _randn(gen, b, hq, n, n) * 3
+    large = torch.rand(b, hq, n, n, generator=gen) < 0.05
+    bias[large] = 60.0 * torch.sign(_randn(gen, int(large.sum())))
+    bias[torch.rand(b, hq, n, n, generator=gen) < 0.1] = float("-inf")
+    bias[torch.rand(b, hq, n, generator=gen) < 0.1] = float("-inf")
+    # float32 (a trained parameter's master copy), also for float16/bfloat16 inputs
+    return _dense_case("trainable_bias", gen, dtype, device, q, k, v, trainable_bias=True,
+                       attn_mask=bias, causal=True, key_mask=_left_padding(gen, b, n))  # fmt: skip
+
+
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
@@ -400,6 +427,11 @@ FAMILIES: dict[str, Family] = {
             "softcap",
             "logit soft-capping (cap 10-50) of logits ~0.1 to ~1e4, GQA, left padding + causal",
             _softcap,
+        ),
+        Family(
+            "trainable_bias",
+            "a trained pair bias (dBias judged too): +-60 and -inf entries, left padding + causal",
+            _trainable_bias,
         ),
     )
 }

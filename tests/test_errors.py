@@ -85,8 +85,6 @@ DENSE_CASES = [
      ValueError, "attn_mask"),
     ("attn_mask_device", dense_args(attn_mask=torch.zeros(5, 7, device=META)), ValueError,
      "attn_mask"),
-    ("attn_mask_requires_grad", dense_args(attn_mask=torch.zeros(5, 7, requires_grad=True)),
-     ValueError, "attn_mask"),
     ("causal_string", dense_args(causal="yes"), ValueError, "causal"),
     ("causal_int", dense_args(causal=1), TypeError, "causal"),
     ("window_single", dense_args(window=(3,)), TypeError, "window"),

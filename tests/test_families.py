@@ -15,7 +15,7 @@ from safeattn._inputs import allowed_mask, check_attention
 NAMES = [
     "leftpad_causal", "all_keys_masked", "neginf_mask_rows", "nan_in_excluded_kv",
     "large_logits", "ragged_tails", "gqa_ragged", "varlen_empty_seqs", "extreme_grad_out",
-    "softcap",
+    "softcap", "trainable_bias",
 ]  # fmt: skip
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -263,3 +263,17 @@ def test_rates_counts_trials():
         contract.rates("leftpad_causal", reference, torch.float32, "cpu", trials=0)
     with pytest.raises(ValueError, match="HINT"):
         families.make_case("no_such_family", 0, torch.float32, "cpu", "small")
+
+
+def test_a_bias_without_gradient_is_wrong():
+    """An impl that does not train the bias (its dBias is 0) misses trainable_bias; the
+    same impl with the gradient passes (the check is of dBias, not of out or dq/dk/dv)."""
+
+    def detached(q, k, v, **kwargs):
+        return reference.attention(q, k, v, **{**kwargs, "attn_mask": kwargs["attn_mask"].detach()})
+
+    case = families.make_case("trainable_bias", 0, torch.float32, "cpu", "small")
+    assert case.trainable_bias and case.kwargs["attn_mask"].dtype == torch.float32
+    verdict = contract.check(case, detached)
+    assert not verdict.nonfinite and verdict.wrong and "dbias error" in verdict.detail, verdict
+    assert contract.check(case, reference.attention).detail == "ok"

@@ -582,6 +582,10 @@ def _dq_step(
     USE_TMA: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
+    db_base,
+    stride_dbm,
+    stride_dbn,
+    HAS_DBIAS: tl.constexpr,
 ):
     """One key block [start_n, start_n + BLOCK_N) into dQ. MASKED=False is the plain path:
     every pair of the block may attend and every row and key is in range. USE_TMA: the K and
@@ -627,6 +631,16 @@ def _dq_step(
         s = s + _bias_tile(am_base, offs_m, offs_n, stride_amm, stride_amn)
     p = tl.math.exp2(s - lse2[:, None])
     ds = p * (dp - delta[:, None])
+    if HAS_DBIAS:
+        # dBias = dS, the gradient of the logits the bias is added to: before the cap's
+        # derivative; excluded pairs exactly 0 (a NaN from an excluded V row stays out).
+        db_ptrs = db_base + offs_m[:, None] * stride_dbm + offs_n[None, :] * stride_dbn
+        if MASKED:
+            in_range = (offs_m < n_q)[:, None] & (offs_n < n_k)[None, :]
+            db = tl.where(allowed, ds, 0.0).to(db_base.dtype.element_ty)
+            tl.store(db_ptrs, db, mask=in_range)
+        else:
+            tl.store(db_ptrs, ds.to(db_base.dtype.element_ty))
     if HAS_SOFTCAP:
         ds = ds * (1.0 - t * t)  # the cap's derivative, before the where (as in _dkdv_step)
     if MASKED:
@@ -692,6 +706,10 @@ def _dq_inner(
     USE_TMA: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
+    db_base,
+    stride_dbm,
+    stride_dbn,
+    HAS_DBIAS: tl.constexpr,
 ):
     """Key blocks [start, end) step BLOCK_N, or (LISTED) the kernel blocks t in [start, end)
     of the tile list at ``idx_ptr`` (forward.py's ``_list_start``)."""
@@ -704,7 +722,7 @@ def _dq_inner(
                 window_right, qk_scale, softcap, head_dim, stride_kn, stride_kd, stride_vn,
                 stride_vd, stride_kmn, stride_amm, stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT,
                 HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, EVEN_D, USE_TMA,
-                DOT_PRECISION, UPCAST_DOT,
+                DOT_PRECISION, UPCAST_DOT, db_base, stride_dbm, stride_dbn, HAS_DBIAS,
             )  # fmt: skip
     else:
         for start_n in tl.range(start, end, BLOCK_N):
@@ -714,7 +732,7 @@ def _dq_inner(
                 window_right, qk_scale, softcap, head_dim, stride_kn, stride_kd, stride_vn,
                 stride_vd, stride_kmn, stride_amm, stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT,
                 HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, EVEN_D, USE_TMA,
-                DOT_PRECISION, UPCAST_DOT,
+                DOT_PRECISION, UPCAST_DOT, db_base, stride_dbm, stride_dbn, HAS_DBIAS,
             )  # fmt: skip
     return dq
 
@@ -742,6 +760,10 @@ def _dq_rows(
     USE_TMA: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
+    db_base,
+    stride_dbm,
+    stride_dbn,
+    HAS_DBIAS: tl.constexpr,
 ):  # fmt: skip
     """dQ (unscaled, fp32) of one program's rows over all the key blocks they may see:
     the tile lists when SPARSE, else the analytic ranges of ``_key_ranges``."""
@@ -761,7 +783,7 @@ def _dq_rows(
             head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
             stride_amn, False, GUARD, True, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, EVEN_D, USE_TMA, DOT_PRECISION,
-            UPCAST_DOT,
+            UPCAST_DOT, db_base, stride_dbm, stride_dbn, HAS_DBIAS,
         )  # fmt: skip
         dq = _dq_inner(
             dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
@@ -770,7 +792,7 @@ def _dq_rows(
             head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
             stride_amn, True, GUARD, True, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, USE_TMA, DOT_PRECISION,
-            UPCAST_DOT,
+            UPCAST_DOT, db_base, stride_dbm, stride_dbn, HAS_DBIAS,
         )  # fmt: skip
     else:
         lo, full_lo, full_hi, hi = _key_ranges(
@@ -784,7 +806,7 @@ def _dq_rows(
             head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
             stride_amn, True, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, USE_TMA, DOT_PRECISION,
-            UPCAST_DOT,
+            UPCAST_DOT, db_base, stride_dbm, stride_dbn, HAS_DBIAS,
         )  # fmt: skip
         dq = _dq_inner(
             dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
@@ -793,7 +815,7 @@ def _dq_rows(
             head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
             stride_amn, False, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, EVEN_D, USE_TMA, DOT_PRECISION,
-            UPCAST_DOT,
+            UPCAST_DOT, db_base, stride_dbm, stride_dbn, HAS_DBIAS,
         )  # fmt: skip
         dq = _dq_inner(
             dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
@@ -802,14 +824,14 @@ def _dq_rows(
             head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
             stride_amn, True, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, USE_TMA, DOT_PRECISION,
-            UPCAST_DOT,
+            UPCAST_DOT, db_base, stride_dbm, stride_dbn, HAS_DBIAS,
         )  # fmt: skip
     return dq
 
 
 @triton.jit(do_not_specialize=["seq_q", "seq_k", "window_left", "window_right"])
 def _bwd_dq(
-    Q, K, V, dOut, Lse2, Delta, dQ, Leaked,
+    Q, K, V, dOut, Lse2, Delta, dQ, Leaked, DBias,
     KeyMask, AttnMask, CuSeqQ, CuSeqK, FullNum, FullIdx, PartNum, PartIdx,
     DescQ, DescK, DescV, DescdO, DescdQ,  # USE_TMA: tensor descriptors; else None
     qk_scale, sm_scale, softcap,
@@ -821,6 +843,7 @@ def _bwd_dq(
     stride_lb, stride_lh, stride_lm,
     stride_kmb, stride_kmn,
     stride_amb, stride_amh, stride_amm, stride_amn,
+    stride_dbb, stride_dbh, stride_dbm, stride_dbn,
     stride_snb, stride_snh, stride_sib, stride_sih, stride_sir,
     heads_q, group, seq_q, seq_k, window_left, window_right, head_dim,
     IS_VARLEN: tl.constexpr,
@@ -841,6 +864,7 @@ def _bwd_dq(
     UPCAST_DOT: tl.constexpr,
     USE_TMA: tl.constexpr = False,  # the Hopper path (kernels/hopper.py)
     GUARD: tl.constexpr = False,  # the second launch: redo the programs flagged in Leaked
+    HAS_DBIAS: tl.constexpr = False,  # also write dBias = dS into DBias (B, Hq, Nq, Nk)
 ):  # fmt: skip
     """Grid: (cdiv(max Nq, BLOCK_M), B * Hq). Writes dQ for BLOCK_M rows of one query head.
 
@@ -911,6 +935,7 @@ def _bwd_dq(
     v_base = V + b64 * stride_vb + h_kv.to(tl.int64) * stride_vh + k_start.to(tl.int64) * stride_vn
     km_base = KeyMask + b64 * stride_kmb
     am_base = AttnMask + b64 * stride_amb + h64 * stride_amh
+    db_base = DBias + b64 * stride_dbb + h64 * stride_dbh
 
     dq = _dq_rows(
         q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, b, h_kv, FullNum,
@@ -920,6 +945,7 @@ def _bwd_dq(
         stride_amm, stride_amn, stride_snb, stride_snh, stride_sib, stride_sih, stride_sir, GUARD,
         HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, SPARSE, SPARSE_Q,
         SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
+        db_base, stride_dbm, stride_dbn, HAS_DBIAS,
     )  # fmt: skip
     # NOTE: excluded keys (module docstring): the second launch redoes, with the guard, the
     # programs whose dQ leaked. Not compiled in where no in-range key can be excluded.

@@ -119,6 +119,7 @@ class Meta:
     sparse_k: int = 0
     softcap: float = 0.0  # 0.0: off (no HAS_SOFTCAP specialisation)
     tma: bool = False  # the forward's Hopper path (kernels/hopper.py; passes.forward sets it)
+    dbias: bool = False  # the backward also writes dBias (passes.backward sets it)
 
     @property
     def sparse(self) -> bool:
@@ -135,19 +136,19 @@ class Meta:
     def flags(self) -> tuple[tuple[str, int], ...]:
         """What a config choice depends on besides kernel, dtype and sizes: the kernels'
         feature specialisations, and ``deterministic`` (single-config mode). Named, so that
-        a tuning table's keys read without this file (``tuning.key_text``). ``softcap`` and
-        ``tma`` only when on: the other keys stay those the tables were swept under."""
+        a tuning table's keys read without this file (``tuning.key_text``). ``softcap``,
+        ``tma`` and ``dbias`` only when on: the other keys stay as the tables were swept."""
         flags = (
-            ("varlen", int(self.varlen)),
-            ("bottom_right", int(self.bottom_right)),
+            ("varlen", int(self.varlen)), ("bottom_right", int(self.bottom_right)),
             ("window_left", int(self.window_left >= 0)),
             ("window_right", int(self.window_right >= 0)),
             ("key_mask", int(self.has_key_mask)),
             ("mask_kind", int(self.mask_kind)),
             ("sparse", int(self.sparse)),
             ("deterministic", int(self.deterministic)),
-        )
-        return flags + (("softcap", 1),) * (self.softcap > 0) + (("tma", 1),) * self.tma
+        )  # fmt: skip
+        on = (("softcap", self.softcap > 0), ("tma", self.tma), ("dbias", self.dbias))
+        return flags + tuple((name, 1) for name, is_on in on if is_on)
 
 
 def _constexprs(meta: Meta, dtype: torch.dtype, cfg: KernelConfig) -> dict:

@@ -125,20 +125,24 @@ def attn_bwd(
     deterministic: bool,
     block_q: int,
     block_k: int,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Backward kernels: ``(dq, dk, dv)`` shaped (and laid out) like q, k, v."""
+    dbias: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Backward kernels: ``(dq, dk, dv, dbias)``, dq, dk, dv shaped (and laid out) like q, k,
+    v; dbias (``dbias=True``) the additive attn_mask's gradient (B, Hq, Nq, Nk), else empty."""
     meta = _meta(q, k, key_mask, varlen, batch, max_seqlen_q, max_seqlen_k, bottom_right,
                  window_left, window_right, mask_kind, scale, softcap, deterministic, block_q,
                  block_k)  # fmt: skip
-    return passes.backward(
+    dq, dk, dv, db = passes.backward(
         q, k, v, out, dout, lse2, key_mask, attn_mask, cu_seqlens_q, cu_seqlens_k, meta,
-        _summary(tiles, block_q, block_k),
+        _summary(tiles, block_q, block_k), dbias,
     )  # fmt: skip
+    return dq, dk, dv, db if db is not None else q.new_empty(0)
 
 
 @attn_bwd.register_fake
-def _(q, k, v, *args):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+def _(q, k, v, out, dout, lse2, key_mask, attn_mask, *args):
+    db = attn_mask.new_empty(attn_mask.shape) if args[-1] else q.new_empty(0)
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), db
 
 
 # attn_fwd's arguments after q, k, v: four optional tensors, the tile list, then these.
@@ -156,12 +160,19 @@ def _setup_context(ctx, inputs, output):
     ctx.n_tiles = len(tiles)
 
 
+def _wants_dbias(ctx, attn_mask: Tensor | None) -> bool:
+    """A float attn_mask that requires grad (only a dense call accepts one)."""
+    return bool(ctx.needs_input_grad[4]) and attn_mask is not None and attn_mask.is_floating_point()
+
+
 def _backward(ctx, dout, _dlse2):
     q, k, v, out, lse2, key_mask, attn_mask, cu_q, cu_k, *tiles = ctx.saved_tensors
-    dq, dk, dv = attn_bwd(q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, tiles,
-                          *ctx.scalars)  # fmt: skip
-    # One entry per input, the tile list as a list: no gradient but q, k, v.
-    return (dq, dk, dv, None, None, None, None, [None] * ctx.n_tiles) + (None,) * len(_SCALARS)
+    want = _wants_dbias(ctx, attn_mask)
+    dq, dk, dv, db = attn_bwd(q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, tiles,
+                              *ctx.scalars, want)  # fmt: skip
+    # One entry per input, the tile list as a list: no gradient but q, k, v (and attn_mask).
+    grads = (dq, dk, dv, None, db if want else None, None, None, [None] * ctx.n_tiles)
+    return grads + (None,) * len(_SCALARS)
 
 
 attn_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -183,10 +194,11 @@ class _Eager(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dlse2):
         q, k, v, out, lse2, key_mask, attn_mask, cu_q, cu_k = ctx.saved_tensors
-        dq, dk, dv = passes.backward(
-            q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, ctx.meta, ctx.summary
+        want = _wants_dbias(ctx, attn_mask)
+        dq, dk, dv, db = passes.backward(
+            q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, ctx.meta, ctx.summary, want
         )
-        return dq, dk, dv, None, None, None, None, None, None
+        return dq, dk, dv, None, db, None, None, None, None
 
 
 def run(p, summary: BlockSummary | None) -> tuple[Tensor, Tensor]:

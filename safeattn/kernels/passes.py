@@ -137,14 +137,26 @@ def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None):
     return out, lse2
 
 
-def backward(q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None):
-    """Run the three backward kernels. Returns ``(dq, dk, dv)`` shaped like q, k, v."""
+def backward(
+    q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None,
+    dbias: bool = False,
+):  # fmt: skip
+    """Run the three backward kernels. Returns ``(dq, dk, dv, dbias)``: dq, dk, dv shaped
+    like q, k, v; with ``dbias`` (an additive float ``attn_mask``, dense only) the gradient of
+    that mask as a contiguous (B, Hq, Nq, Nk) tensor of its dtype (zero where a pair is
+    excluded or a tile is skipped), else None. It is the one N x N buffer the backward adds:
+    a broadcast mask's gradient is this tensor summed over the broadcast axes (by autograd)."""
     dq, dk, dv = _alloc_like(q), _alloc_like(k), _alloc_like(v)
+    db = None
+    if dbias:
+        if meta.varlen or attn_mask is None or attn_mask.dtype == torch.bool:
+            raise ValueError("dbias needs a dense call with an additive float attn_mask")
+        db = torch.zeros(attn_mask.shape, device=q.device, dtype=attn_mask.dtype)
     if meta.batch == 0 or meta.heads_q == 0:
-        return dq, dk, dv
+        return dq, dk, dv, db
     if meta.seq_q == 0 or meta.seq_k == 0:
         # Nothing attends anything: every gradient is exactly zero.
-        return dq.zero_(), dk.zero_(), dv.zero_()
+        return dq.zero_(), dk.zero_(), dv.zero_(), db
     delta = torch.empty_like(lse2)
     km, km_s, am, am_s = _mask_args(key_mask, attn_mask, q)
     cu_q = cu_q if cu_q is not None else q
@@ -166,7 +178,7 @@ def backward(q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, meta: Me
         meta.varlen, q.device, q, k, v, dout, dq, dk, dv,
         max_head_dim=hopper.BACKWARD_MAX_HEAD_DIM,
     )  # fmt: skip
-    meta = dataclasses.replace(meta, tma=tma)
+    meta = dataclasses.replace(meta, tma=tma, dbias=db is not None)
     bd = configs.block_d(meta.head_dim)
 
     def descs(c: configs.KernelConfig, tensors: list, rows: str) -> tuple:
@@ -215,24 +227,24 @@ def backward(q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, meta: Me
             device=q.device, dtype=torch.int32,
         )  # fmt: skip
     q_args = lambda c: (
-        q, k, v, dout, lse2, delta, dq, leaked_q, km, am, cu_q, cu_k, *tiles[:4],
-        *descs(c, [q, k, v, dout, dq], "mnnmm"), *common,
+        q, k, v, dout, lse2, delta, dq, leaked_q, db if db is not None else q, km, am, cu_q,
+        cu_k, *tiles[:4], *descs(c, [q, k, v, dout, dq], "mnnmm"), *common,
         *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
         *_dense_strides(v, meta.varlen), *_dense_strides(dout, meta.varlen),
         *_dense_strides(dq, meta.varlen), *_lse_strides(lse2, meta.varlen), *km_s, *am_s,
-        *tiles[4:],
+        *(db.stride() if db is not None else (0, 0, 0, 0)), *tiles[4:],
         meta.heads_q, group, meta.seq_q, meta.seq_k,
         meta.window_left, meta.window_right, meta.head_dim,
     )  # fmt: skip
     q_grid = lambda c: (triton.cdiv(meta.seq_q, c.block_m), meta.batch * meta.heads_q)
-    extra = {"USE_TMA": tma}
+    extra = {"USE_TMA": tma, "HAS_DBIAS": db is not None}
     cfg = launch._launch(
         "bwd_dq", _bwd_dq, q_grid, q_args, meta, dt, dev, meta.seq_q, meta.seq_k, extra
     )
     if may_empty:
         launch.launch_guarded_redo("bwd_dq", _bwd_dq, q_grid(cfg), q_args, meta, dt, dev, cfg,
                                    extra)  # fmt: skip
-    return dq, dk, dv
+    return dq, dk, dv, db
 
 
 def lse_natural(lse2: torch.Tensor) -> torch.Tensor:
