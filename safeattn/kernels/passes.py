@@ -57,6 +57,16 @@ def _mask_args(key_mask, attn_mask, fallback):
     return km, km_strides, am, am_strides
 
 
+def _leak_flags(meta: Meta, seq: int, heads: int, fallback: torch.Tensor) -> torch.Tensor:
+    """The ``Leaked`` argument of a kernel with a guarded second launch: one int32 per program
+    of the smallest block (16) over ``seq`` rows, ``batch * heads`` programs wide, where a
+    row can be empty (``meta.may_have_empty_rows``); else a placeholder never read."""
+    if not meta.may_have_empty_rows:
+        return fallback
+    n = triton.cdiv(seq, 16) * meta.batch * heads
+    return torch.empty(n, device=fallback.device, dtype=torch.int32)
+
+
 def _tile_args(summary, transposed: bool, fallback: torch.Tensor) -> tuple:
     """(full num, full idx, partial num, partial idx, 5 strides) of a block-mask summary,
     the per-row-block lists or (transposed) the per-key-block ones; a size-1 batch or head
@@ -100,14 +110,8 @@ def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None):
     meta = dataclasses.replace(meta, tma=tma)
     # Where a key can be excluded, the kernel flags its programs whose accumulator came out
     # non-finite, and a second launch redoes them with the guard (forward._attn_fwd).
-    # One int32 per program of the smallest block.
     may_empty = meta.may_have_empty_rows
-    leaked = q
-    if may_empty:
-        leaked = torch.empty(
-            triton.cdiv(meta.seq_q, 16) * meta.batch * meta.heads_q,
-            device=q.device, dtype=torch.int32,
-        )  # fmt: skip
+    leaked = _leak_flags(meta, meta.seq_q, meta.heads_q, q)
 
     def args(c: configs.KernelConfig) -> tuple:
         # TMA descriptors carry the config's tile shape: one set per config.
@@ -191,14 +195,8 @@ def backward(
     tiles_t = _tile_args(summary, True, q)
     # Where a row can be empty, the dK/dV kernel flags its programs whose results leaked
     # NaN/Inf from an empty row, and a second launch redoes them (backward._bwd_dkdv).
-    # One int32 per program of the smallest block.
     may_empty = meta.may_have_empty_rows
-    leaked = q
-    if may_empty:
-        leaked = torch.empty(
-            triton.cdiv(meta.seq_k, 16) * meta.batch * meta.heads_kv,
-            device=q.device, dtype=torch.int32,
-        )  # fmt: skip
+    leaked = _leak_flags(meta, meta.seq_k, meta.heads_kv, q)
     kv_args = lambda c: (
         q, k, v, dout, lse2, delta, dk, dv, leaked, km, am, cu_q, cu_k, *tiles_t[:4],
         *descs(c, [q, k, v, dout, dk, dv], "mnnmnn"), *common,
@@ -220,12 +218,7 @@ def backward(
 
     tiles = _tile_args(summary, False, q)
     # The dQ kernel flags and redoes its programs the same way (backward._bwd_dq).
-    leaked_q = q
-    if may_empty:
-        leaked_q = torch.empty(
-            triton.cdiv(meta.seq_q, 16) * meta.batch * meta.heads_q,
-            device=q.device, dtype=torch.int32,
-        )  # fmt: skip
+    leaked_q = _leak_flags(meta, meta.seq_q, meta.heads_q, q)
     q_args = lambda c: (
         q, k, v, dout, lse2, delta, dq, leaked_q, db if db is not None else q, km, am, cu_q,
         cu_k, *tiles[:4], *descs(c, [q, k, v, dout, dq], "mnnmm"), *common,
