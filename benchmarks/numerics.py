@@ -15,7 +15,9 @@ quick mode); each trial runs forward and backward and is judged by
 allowed-pairs mask of each case through ``contract.mask_adapter``: SDPA as a dense
 ``attn_mask`` (``None`` when every pair is allowed), FlexAttention as a compiled block
 mask / score bias, and the ``softcap`` family's cap as a ``score_mod`` (SDPA has no
-soft-capping: NaN there). A peer that refuses a case (SDPA flash takes no mask at all) makes
+soft-capping: NaN there). The ``dropout`` family is judged for safeattn only (against the
+reference given safeattn's own keep mask): a peer cannot say which pairs it dropped, so it
+is NaN there. A peer that refuses a case (SDPA flash takes no mask at all) makes
 that (family, impl, dtype) NaN, with the error as the reason; a family that crashes an
 implementation outright is recorded the same way.
 
@@ -45,6 +47,7 @@ FAMILIES = [
     "extreme_grad_out",
     "softcap",
     "trainable_bias",
+    "dropout",
 ]
 DTYPES = ["float16", "bfloat16"]
 GPU_IMPLS = [metrics.OWN_IMPL, *metrics.PEERS]

@@ -181,6 +181,25 @@ def check_scale(scale: Any, head_dim: int) -> float:
 SOFTCAP_RANGE = (1e-30, 1e30)
 
 
+def check_dropout(dropout_p: Any) -> float:
+    """``dropout_p``: the probability of dropping each (query, key) pair, in [0, 1)."""
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
+        raise error(
+            TypeError,
+            f"`dropout_p` must be a Python float, got {type(dropout_p).__name__}.",
+            {"dropout_p": repr(dropout_p)[:80]},
+            "pass a float such as 0.1 (0.0 = no dropout; use float(t) for a 0-d tensor).",
+        )
+    if not 0.0 <= dropout_p < 1.0:  # NaN fails too
+        raise error(
+            ValueError,
+            f"`dropout_p` must be in [0, 1), got {dropout_p!r}.",
+            {"dropout_p": repr(dropout_p)},
+            "pass the probability of dropping an attention weight, e.g. 0.1; 0.0 in eval.",
+        )
+    return float(dropout_p)
+
+
 def check_softcap(softcap: Any) -> float:
     """``softcap``: None or 0.0 = off; else the cap of ``cap * tanh(score / cap)`` -> the cap
     as a float (0.0 = off)."""

@@ -40,6 +40,7 @@ from ._cu_seqlens import check_cu_seqlens, check_max_seqlen
 from ._input_checks import (
     check_attn_mask,
     check_causal,
+    check_dropout,
     check_flag,
     check_heads_and_dim,
     check_key_mask,
@@ -84,6 +85,7 @@ class AttnProblem:
     softcap: float  # 0.0 = off; else scores become softcap * tanh(score / softcap)
     return_lse: bool
     deterministic: bool
+    dropout_p: float = 0.0  # probability of dropping a pair (regenerated in the backward)
 
 
 # --------------------------------------------------------------------------- CUDA graphs
@@ -119,6 +121,7 @@ def check_attention(
     return_lse: bool = False,
     deterministic: bool = False,
     allow_float64: bool = False,
+    dropout_p: float = 0.0,
 ) -> AttnProblem:
     """Validate a dense call: q (B, Hq, Nq, D), k/v (B, Hkv, Nk, D) -> AttnProblem.
 
@@ -179,6 +182,7 @@ def check_attention(
         softcap=check_softcap(softcap),
         return_lse=check_flag("return_lse", return_lse),
         deterministic=check_flag("deterministic", deterministic),
+        dropout_p=check_dropout(dropout_p),
     )
 
 
@@ -201,6 +205,7 @@ def check_varlen(
     return_lse: bool = False,
     deterministic: bool = False,
     allow_float64: bool = False,
+    dropout_p: float = 0.0,
 ) -> AttnProblem:
     """Validate a packed varlen call: q (total_q, Hq, D), k/v (total_k, Hkv, D),
     cu_seqlens_* int32 (B + 1,) -> AttnProblem (varlen=True, seq_q/seq_k = max lengths).
@@ -264,6 +269,7 @@ def check_varlen(
         softcap=check_softcap(softcap),
         return_lse=check_flag("return_lse", return_lse),
         deterministic=check_flag("deterministic", deterministic),
+        dropout_p=check_dropout(dropout_p),
     )
 
 

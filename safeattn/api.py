@@ -74,6 +74,7 @@ def attention(
     return_lse: bool = False,
     deterministic: bool = False,
     block_mask: BlockMask | None = None,
+    dropout_p: float = 0.0,
 ):
     """NaN-safe fused attention, ``softmax(q kᵀ · scale + mask) v``, forward and backward.
 
@@ -108,6 +109,11 @@ def attention(
             mask: pass it beside the block mask). Without it, the tile summary of a
             key_mask/attn_mask is built on the first call and reused while the same mask
             tensors come back unmodified (see :mod:`safeattn.blockmask`).
+        dropout_p: drop each (query, key) weight with this probability and scale the kept
+            ones by 1 / (1 - p), as SDPA's ``dropout_p`` (pass 0.0 in eval). The mask comes
+            from Philox seeded by the device's PyTorch generator (``torch.manual_seed``
+            reproduces it) and is regenerated in the backward, never stored. It never
+            resurrects an excluded key; empty rows stay exactly 0.
 
     Speed: with a key_mask or attn_mask, the kernels visit only the (query block, key block)
     tiles that some pair may attend; tiles where every pair may attend run without element
@@ -126,6 +132,7 @@ def attention(
     p = check_attention(
         q, k, v, causal=causal, window=window, key_mask=key_mask, attn_mask=attn_mask,
         scale=scale, softcap=softcap, return_lse=return_lse, deterministic=deterministic,
+        dropout_p=dropout_p,
     )  # fmt: skip
     if not _use_kernels(p):
         return reference.attend_problem(p)  # p is validated: the reference need not again
@@ -163,6 +170,7 @@ def varlen_attention(
     softcap: float | None = 0.0,
     return_lse: bool = False,
     deterministic: bool = False,
+    dropout_p: float = 0.0,
 ):
     """Attention over packed variable-length sequences (FlashAttention's varlen layout).
 
@@ -173,7 +181,7 @@ def varlen_attention(
         cu_seqlens_q, cu_seqlens_k: int32 (B + 1,), starting at 0, non-decreasing, ending at
             the total token count.
         max_seqlen_q, max_seqlen_k: upper bounds of the sequence lengths.
-        causal, window, scale, softcap, deterministic: as :func:`attention`, per sequence
+        causal, window, scale, softcap, deterministic, dropout_p: as :func:`attention`, per sequence
             (bottom-right alignment uses each sequence's own lengths).
         return_lse: also return lse, float32 (Hq, total_q), natural log.
 
@@ -183,7 +191,7 @@ def varlen_attention(
     p = check_varlen(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal,
         window=window, scale=scale, softcap=softcap, return_lse=return_lse,
-        deterministic=deterministic,
+        deterministic=deterministic, dropout_p=dropout_p,
     )  # fmt: skip
     if not _use_kernels(p):
         return reference.attend_problem(p)
@@ -206,17 +214,9 @@ def scaled_dot_product_attention(
     True = attend; a float one is added), with two deliberate differences: a fully masked
     row gives 0 instead of NaN, and masked-out positions never leak NaN/Inf. Shapes:
     query (..., Hq, L, E), key/value (..., Hkv, S, E) with the same leading dims; 3-D inputs
-    (N, L, E) are one head. Heads must match unless ``enable_gqa=True``.
-
-    Raises:
-        NotImplementedError: ``dropout_p > 0`` (no dropout in v1).
+    (N, L, E) are one head. Heads must match unless ``enable_gqa=True``. ``dropout_p`` as
+    :func:`attention`'s (applied whenever > 0, as PyTorch's).
     """
-    if dropout_p != 0.0:
-        raise NotImplementedError(
-            f"safeattn.scaled_dot_product_attention: dropout_p={dropout_p} is not supported "
-            "(safeattn has no dropout yet).\nHINT: pass dropout_p=0.0, or apply dropout outside "
-            "attention."
-        )
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, torch.Tensor) or t.dim() < 3:
             raise ValueError(
@@ -243,7 +243,9 @@ def scaled_dot_product_attention(
         mask4 = attn_mask.unsqueeze(1)  # (N, L, S) -> (N, 1, L, S), as for the inputs
     elif attn_mask is not None and attn_mask.dim() > 4:
         mask4 = attn_mask.reshape(-1, *attn_mask.shape[-3:])
-    out = attention(q4, k4, v4, causal=bool(is_causal), attn_mask=mask4, scale=scale)
+    out = attention(
+        q4, k4, v4, causal=bool(is_causal), attn_mask=mask4, scale=scale, dropout_p=dropout_p
+    )
     return out.reshape(*lead, out.shape[-2], out.shape[-1])
 
 

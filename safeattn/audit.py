@@ -47,10 +47,11 @@ from .kernels.configs import KernelConfig
 # two-sided window); "softcap" is "masked" plus logit soft-capping (HAS_SOFTCAP), the
 # heaviest combination: the cap adds arithmetic on the score tile (tanh, and its derivative
 # in the backward) and registers to hold it, no loads.
-# "dbias" is "masked" plus the dBias stores of a trainable bias (HAS_DBIAS), dQ kernels only.
-VARIANTS: tuple[str, ...] = ("causal", "masked", "softcap", "dbias")
+# "dbias" is "masked" plus the dBias stores of a trainable bias (HAS_DBIAS), dQ kernels only;
+# "dropout" is "masked" plus dropout's Philox mask (HAS_DROPOUT) in all three kernels.
+VARIANTS: tuple[str, ...] = ("causal", "masked", "softcap", "dbias", "dropout")
 # The variants that take the block-mask path (its configs, pointers and tile lists).
-_MASKED_VARIANTS = ("masked", "softcap", "dbias")
+_MASKED_VARIANTS = ("masked", "softcap", "dbias", "dropout")
 # The audited kernels: the shipped kernels, and their Hopper path (USE_TMA, tiles through
 # tensor descriptors: kernels/hopper.py), audited where it runs (sm90, fp16/bf16).
 _TMA_KERNELS = ("forward_tma", "bwd_dkdv_tma", "bwd_dq_tma")
@@ -133,8 +134,8 @@ def _signature(fn, dtype: torch.dtype, variant: str, constexprs: dict, head_dim:
             signature[name] = "*" + _TRITON_TYPES[dtype]
         elif name in _FP32_POINTERS:
             signature[name] = "*fp32"
-        elif name == "Leaked":
-            signature[name] = "*i32"
+        elif name in ("Leaked", "Seed"):
+            signature[name] = "*i32" if name == "Leaked" else "*i64"
         elif name == "KeyMask":
             signature[name] = "*u8"
         elif name in ("AttnMask", "DBias"):  # DBias: the mask's dtype
@@ -145,7 +146,7 @@ def _signature(fn, dtype: torch.dtype, variant: str, constexprs: dict, head_dim:
         elif name in ("FullNum", "FullIdx", "PartNum", "PartIdx"):
             # tile lists (int32) on the masked path; q itself as a placeholder otherwise
             signature[name] = "*i32" if variant in _MASKED_VARIANTS else "*" + _TRITON_TYPES[dtype]
-        elif name in ("qk_scale", "sm_scale", "softcap"):
+        elif name in ("qk_scale", "sm_scale", "softcap", "dropout_p"):
             signature[name] = "fp32"
             continue
         else:
@@ -187,6 +188,7 @@ def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: in
         # launches (GUARD=True) have the same tiles and are not audited apart
         **({"GQA": True} if base == "bwd_dkdv" else {}),
         **({"HAS_DBIAS": variant == "dbias"} if base == "bwd_dq" else {}),
+        HAS_DROPOUT=variant == "dropout",
         USE_TMA=kernel in _TMA_KERNELS,
     )
 
@@ -259,7 +261,7 @@ def _jobs(archs, kernels, dtypes, head_dims, variants, configs_override=None):
                             continue
                         cfgs = configs_override or configs.candidates(
                             kernel.removesuffix("_tma"), hd, dtype, limits.smem_optin_bytes,
-                            variant in _MASKED_VARIANTS, tma=tma,
+                            variant in _MASKED_VARIANTS, tma=tma, dropout=variant == "dropout",
                         )  # fmt: skip
                         for cfg in cfgs:
                             yield (kernel, limits, dtype, hd, variant, cfg)

@@ -26,9 +26,10 @@ large-logit family), the float32-upcast reference stands in for it.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,11 +51,15 @@ ROUNDOFF_UNITS = 4  # the "tiny epsilon": a few unit roundoffs of the dtype
 @dataclass(frozen=True)
 class Impl:
     """An implementation under test: ``attention`` has safeattn.attention's signature;
-    ``varlen`` safeattn.varlen_attention's (None: varlen cases are padded into dense calls)."""
+    ``varlen`` safeattn.varlen_attention's (None: varlen cases are padded into dense calls).
+    ``dropout_keep(q, k, dropout_p, seed)``: the bool (B, Hq, Nq, Nk) keep mask its dropout
+    draws after ``torch.manual_seed(seed)``; without it a dropout case cannot be judged
+    (safeattn's own is known: :func:`safeattn_dropout_keep`)."""
 
     name: str
     attention: Callable[..., Tensor]
     varlen: Callable[..., Tensor] | None = None
+    dropout_keep: Callable[[Tensor, Tensor, float, int], Tensor] | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,41 @@ def mask_adapter(name: str, fn: Callable[..., Tensor]) -> Impl:
         return fn(q, k, v, mask, p.scale)
 
     return Impl(name, attention)
+
+
+@contextlib.contextmanager
+def _seeded(seed: int, device: torch.device) -> Iterator[None]:
+    """torch.manual_seed(seed) inside, the caller's RNG state (CPU and ``device``) after."""
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
+def safeattn_dropout_keep(q: Tensor, k: Tensor, dropout_p: float, seed: int) -> Tensor:
+    """safeattn's keep mask, bool (B, Hq, Nq, Nk), for a dense call on q (B, Hq, Nq, D) and
+    k (B, Hkv, Nk, D) after ``torch.manual_seed(seed)``: the call's first draw from the
+    device's generator is its Philox seed (``kernels.ops.dropout_seed``)."""
+    from safeattn.kernels import ops, passes
+
+    with _seeded(seed, q.device):
+        philox = ops.dropout_seed(q.device)
+    b, hq, nq, _ = q.shape
+    return passes.dropout_keep(philox, b, hq, nq, k.shape[2], dropout_p)
+
+
+def reference_dropout_keep(q: Tensor, k: Tensor, dropout_p: float, seed: int) -> Tensor:
+    """safeattn.reference's keep mask after ``torch.manual_seed(seed)`` (its one draw)."""
+    with _seeded(seed, q.device):
+        return torch.rand((*q.shape[:3], k.shape[2]), device=q.device) >= dropout_p
+
+
+def _dropout_keep_of(impl: Impl) -> Callable[[Tensor, Tensor, float, int], Tensor] | None:
+    """The impl's own keep-mask function, else the one known for its attention function."""
+    from safeattn import api
+
+    known = {api.attention: safeattn_dropout_keep, reference.attention: reference_dropout_keep}
+    return impl.dropout_keep or known.get(impl.attention)
 
 
 def as_impl(impl: Any) -> Impl:
@@ -255,14 +295,29 @@ def check(case: Case, impl: Any) -> Verdict:
     nonfinite: any NaN/Inf in out, dq, dk, dv (and dbias; every family expects all finite).
     wrong (only judged when all finite): non-zero output or dq on an empty row, non-zero dk/dv
     on a key no row may attend, poisoned twin not bitwise equal to the clean one, or an error
-    vs float64 beyond the tolerance rule of the module docstring.
+    vs float64 beyond the tolerance rule of the module docstring. A dropout case is judged
+    against the reference given the implementation's own keep mask (:class:`Impl`); an
+    implementation that cannot say which mask it drew raises NotImplementedError.
     """
     impl = as_impl(impl)
     dtype = case.q.dtype
     inputs = (case.q, case.k, case.v)
+    dropout_p = case.kwargs.get("dropout_p", 0.0)
+    ref_over: dict[str, Any] = {}  # the reference drops the pairs the implementation drops
+    if dropout_p > 0:
+        keep_of = _dropout_keep_of(impl)
+        if keep_of is None or case.varlen or case.dropout_seed is None:
+            raise NotImplementedError(
+                f"safeattn: cannot judge {impl.name} on a dropout case: its keep mask is "
+                "unknown.\nHINT: give its Impl a dropout_keep(q, k, dropout_p, seed)."
+            )
+        ref_over["dropout_keep"] = keep_of(case.q, case.k, dropout_p, case.dropout_seed)
 
     def impl_fn(q: Tensor, k: Tensor, v: Tensor, **over: Any) -> Tensor:
         if not case.varlen:
+            if dropout_p > 0:  # the same seed in the poisoned and the clean run
+                with _seeded(case.dropout_seed, q.device):
+                    return case.call(impl.attention, q, k, v, **over)
             return case.call(impl.attention, q, k, v, **over)
         if impl.varlen is not None:
             return case.call(impl.varlen, q, k, v)
@@ -274,7 +329,8 @@ def check(case: Case, impl: Any) -> Verdict:
 
     def reference_run(run_dtype: torch.dtype, upcast: bool) -> _Run:
         def fn(q: Tensor, k: Tensor, v: Tensor, **over: Any) -> Tensor:
-            return case.call(lambda *a, **kw: ref_fn(*a, **kw, upcast=upcast), q, k, v, **over)
+            call = lambda *a, **kw: ref_fn(*a, **kw, upcast=upcast)
+            return case.call(call, q, k, v, **over, **ref_over)
 
         return _run(fn, inputs, case.do, run_dtype, bias)
 

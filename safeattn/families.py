@@ -58,6 +58,10 @@ class Case:
     # kwargs["attn_mask"] (full (B, Hq, Nq, Nk) float) is trained: its gradient is judged
     # too, exactly 0 on empty rows and at -inf pairs (safeattn.contract)
     trainable_bias: bool = False
+    # kwargs["dropout_p"] > 0: the torch seed set before every forward of the case, so that
+    # the poisoned and clean runs drop the same pairs (safeattn.contract asks the
+    # implementation for its keep mask under this seed)
+    dropout_seed: int | None = None
 
     def call(
         self, fn: Callable[..., Tensor], q: Tensor, k: Tensor, v: Tensor, **override: Any
@@ -126,6 +130,7 @@ def _dense_case(
     do: Tensor | None = None,
     clean: tuple[Tensor, Tensor, Tensor] | None = None,
     trainable_bias: bool = False,
+    dropout_seed: int | None = None,
     **kwargs: Any,
 ) -> Case:
     """Move float32 host tensors to (dtype, device) and derive the expectations."""
@@ -147,6 +152,7 @@ def _dense_case(
         unattended_keys=unattended,
         clean=None if clean is None else tuple(_leaf(x, dtype, device) for x in clean),
         trainable_bias=trainable_bias,
+        dropout_seed=dropout_seed,
     )
 
 
@@ -383,6 +389,24 @@ def _trainable_bias(seed: int, dtype: torch.dtype, device: Any, size: Size) -> C
                        attn_mask=bias, causal=True, key_mask=_left_padding(gen, b, n))  # fmt: skip
 
 
+def _dropout(seed: int, dtype: torch.dtype, device: Any, size: Size) -> Case:
+    gen = torch.Generator().manual_seed(seed)
+    b, hq, hkv, n, d = (3, 4, 2, 37, 16) if size == "small" else (4, 8, 2, 1000, 128)
+    q, k, v = _randn(gen, b, hq, n, d), _randn(gen, b, hkv, n, d), _randn(gen, b, hkv, n, d)
+    # Left padding + causal (empty leading rows must stay exactly 0 whatever is dropped) with
+    # NaN/+-Inf in the padded keys and values (a dropped-or-kept decision must never let them
+    # in); the clean twin, run under the same seed, must match bitwise.
+    key_mask = _left_padding(gen, b, n)
+    poison = torch.tensor([float("nan"), float("inf"), float("-inf")])
+    choice = torch.randint(0, 3, (b, hkv, n, d), generator=gen)
+    excluded = ~key_mask[:, None, :, None]
+    k_bad = torch.where(excluded, poison[choice], k)
+    v_bad = torch.where(excluded, poison[choice.flip(-1)], v)
+    return _dense_case("dropout", gen, dtype, device, q, k_bad, v_bad, clean=(q, k, v),
+                       dropout_seed=seed, causal=True, key_mask=key_mask,
+                       dropout_p=_pick(gen, [0.1, 0.2, 0.3]), deterministic=True)  # fmt: skip
+
+
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
@@ -432,6 +456,11 @@ FAMILIES: dict[str, Family] = {
             "trainable_bias",
             "a trained pair bias (dBias judged too): +-60 and -inf entries, left padding + causal",
             _trainable_bias,
+        ),
+        Family(
+            "dropout",
+            "dropout 0.1-0.3 with left padding + causal, GQA, NaN/Inf in the padded K/V",
+            _dropout,
         ),
     )
 }

@@ -54,8 +54,9 @@ def _lse_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _attend(p: AttnProblem, upcast: bool) -> tuple[Tensor, Tensor]:
-    """Dense reference core -> (out (B, Hq, Nq, D) in q's dtype, lse (B, Hq, Nq))."""
+def _attend(p: AttnProblem, upcast: bool, keep: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Dense reference core -> (out (B, Hq, Nq, D) in q's dtype, lse (B, Hq, Nq)).
+    ``keep``: dropout's keep mask (B, Hq, Nq, Nk) when p.dropout_p > 0 (else drawn here)."""
     dtype = _compute_dtype(p.q.dtype, upcast)
     group = p.heads_q // p.heads_kv
     nan = torch.tensor(float("nan"), dtype=dtype, device=p.q.device)
@@ -95,7 +96,12 @@ def _attend(p: AttnProblem, upcast: bool) -> tuple[Tensor, Tensor]:
     empty = row_sum == 0
     safe_sum = torch.where(empty, one, row_sum)
     probs = weights / safe_sum
-    out = probs @ v
+    if p.dropout_p > 0:
+        if keep is None:  # a mask of this module's own: the kernels' is passes.dropout_keep
+            keep = torch.rand(probs.shape, device=probs.device) >= p.dropout_p
+        out = torch.where(keep, probs / (1.0 - p.dropout_p), zero) @ v
+    else:
+        out = probs @ v
 
     bad_v = ~torch.isfinite(p.v)
     if bad_v.any():
@@ -126,6 +132,8 @@ def attention(
     return_lse: bool = False,
     deterministic: bool = False,
     upcast: bool = True,
+    dropout_p: float = 0.0,
+    dropout_keep: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Reference attention with safeattn.attention's contract.
 
@@ -137,7 +145,9 @@ def attention(
     plain PyTorch math in the input dtype (the "PyTorch's own error" baseline of contract
     item 6). ``softcap > 0`` replaces each score s = q·k·scale by softcap·tanh(s / softcap)
     before an additive attn_mask is added (0.0 or None: off). ``deterministic`` is accepted
-    for signature parity; this path always is.
+    for signature parity; this path always is. ``dropout_p``: dropout of the weights, with
+    ``dropout_keep`` (bool (B, Hq, Nq, Nk), e.g. the kernels' mask from
+    ``safeattn.kernels.passes.dropout_keep``) or a mask drawn here.
     """
     p = check_attention(
         q,
@@ -152,8 +162,9 @@ def attention(
         return_lse=return_lse,
         deterministic=deterministic,
         allow_float64=True,
+        dropout_p=dropout_p,
     )
-    return attend_problem(p, upcast)
+    return attend_problem(p, upcast, dropout_keep)
 
 
 def varlen_attention(
@@ -200,26 +211,32 @@ def varlen_attention(
     return attend_problem(p, upcast)
 
 
-def attend_problem(p: AttnProblem, upcast: bool = True) -> Tensor | tuple[Tensor, Tensor]:
+def attend_problem(
+    p: AttnProblem, upcast: bool = True, keep: Tensor | None = None
+) -> Tensor | tuple[Tensor, Tensor]:
     """Reference attention of an already validated problem (``safeattn._inputs``), dense or
     varlen: what :func:`attention` and :func:`varlen_attention` return for it, without
     checking the arguments again (``safeattn.attention`` on CPU comes here once it has).
 
     Returns out (B, Hq, Nq, D) dense or (total_q, Hq, D) varlen, or (out, lse) with lse
-    (B, Hq, Nq) dense or (Hq, total_q) varlen, as the two public functions.
+    (B, Hq, Nq) dense or (Hq, total_q) varlen, as the two public functions. ``keep``:
+    dropout's keep mask (B, Hq, max Nq, max Nk) when p.dropout_p > 0 (None: drawn here).
     """
-    out, lse = _attend_varlen(p, upcast) if p.varlen else _attend(p, upcast)
+    out, lse = _attend_varlen(p, upcast, keep) if p.varlen else _attend(p, upcast, keep)
     return (out, lse) if p.return_lse else out
 
 
-def _attend_varlen(p: AttnProblem, upcast: bool) -> tuple[Tensor, Tensor]:
+def _attend_varlen(p: AttnProblem, upcast: bool, keep: Tensor | None) -> tuple[Tensor, Tensor]:
     """Varlen reference core: each sequence as a dense problem of batch 1 ->
     (out (total_q, Hq, D), lse (Hq, total_q))."""
     q = p.q
     outs = [q.new_zeros(0, p.heads_q, p.head_dim)]
     lses = [torch.zeros(p.heads_q, 0, dtype=_lse_dtype(q.dtype), device=q.device)]
-    for part in _sequence_problems(p):
-        out, lse = _attend(part.problem, upcast)
+    for i, part in enumerate(_sequence_problems(p)):
+        nq, nk = part.problem.seq_q, part.problem.seq_k
+        out, lse = _attend(
+            part.problem, upcast, None if keep is None else keep[i : i + 1, :, :nq, :nk]
+        )
         outs.append(out[0].transpose(0, 1))  # (Lq, Hq, D)
         lses.append(lse[0])  # (Hq, Lq)
     return torch.cat(outs, dim=0), torch.cat(lses, dim=1)

@@ -162,3 +162,12 @@ def test_audit_flags_a_config_over_the_limit():
     )  # fmt: skip
     assert row.config == str(big)
     assert row.shared_bytes > row.smem_limit and not row.fits
+
+
+def test_dropout_needs_are_known_to_the_config_choice():
+    """Dropout's Philox tile adds shared memory to the forward: a config that fits sm86 with a
+    block mask does not with dropout, so candidates() must drop it (the audit found it over)."""
+    cfg, bf16 = KernelConfig(64, 64, 4, 3), torch.bfloat16
+    assert cfg in configs.candidates("forward", 128, bf16, 101_376, masked=True)
+    assert cfg not in configs.candidates("forward", 128, bf16, 101_376, True, dropout=True)
+    assert cfg in configs.candidates("forward", 128, bf16, 232_448, True, dropout=True)

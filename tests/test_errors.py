@@ -206,13 +206,6 @@ def test_reference_accepts_float64_api_does_not():
     assert_clear_error(excinfo, "q")
 
 
-def test_sdpa_dropout_not_implemented():
-    q = torch.randn(1, 2, 3, 4)
-    with pytest.raises(NotImplementedError) as excinfo:
-        safeattn.scaled_dot_product_attention(q, q, q, dropout_p=0.1)
-    assert "dropout" in str(excinfo.value)
-
-
 def test_cu_seqlens_checked_once_per_unmodified_tensor(monkeypatch):
     """A cu_seqlens passed again unmodified is not read back again (each read is a host
     sync); an in-place write is seen (the version counter), so a value made invalid raises

@@ -15,7 +15,7 @@ from safeattn._inputs import allowed_mask, check_attention
 NAMES = [
     "leftpad_causal", "all_keys_masked", "neginf_mask_rows", "nan_in_excluded_kv",
     "large_logits", "ragged_tails", "gqa_ragged", "varlen_empty_seqs", "extreme_grad_out",
-    "softcap", "trainable_bias",
+    "softcap", "trainable_bias", "dropout",
 ]  # fmt: skip
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -42,7 +42,7 @@ def test_small_cases_build(name, dtype):
         assert case.q.shape[-1] <= 32 and max(seq_q, seq_k) <= 48  # fast when interpreted
         assert case.empty_rows.shape == case.q.shape[:-1]
         assert case.unattended_keys.shape == case.k.shape[:-1]
-        if name == "nan_in_excluded_kv":
+        if name in ("nan_in_excluded_kv", "dropout"):
             assert case.clean is not None
             assert not torch.isfinite(case.k).all() and not torch.isfinite(case.v).all()
             assert all(torch.isfinite(x).all() for x in case.clean)
@@ -277,3 +277,24 @@ def test_a_bias_without_gradient_is_wrong():
     verdict = contract.check(case, detached)
     assert not verdict.nonfinite and verdict.wrong and "dbias error" in verdict.detail, verdict
     assert contract.check(case, reference.attention).detail == "ok"
+
+
+def _no_dropout(q, k, v, **kwargs):
+    """The reference with dropout ignored (every pair kept)."""
+    return reference.attention(q, k, v, **{**kwargs, "dropout_p": 0.0})
+
+
+def test_dropout_is_judged_with_the_implementations_own_mask():
+    """The dropout family: safeattn.reference passes with its own mask; an impl that ignores
+    dropout is caught; a peer that cannot say which pairs it dropped cannot be judged (the
+    benchmark records NaN for it)."""
+    case = families.make_case("dropout", 0, torch.float32, "cpu", "small")
+    assert case.dropout_seed == 0 and 0.1 <= case.kwargs["dropout_p"] <= 0.3
+    assert case.empty_rows.any() and case.clean is not None
+    assert contract.check(case, reference).detail == "ok"
+    ignores = contract.Impl("ignores", _no_dropout, dropout_keep=contract.reference_dropout_keep)
+    verdict = contract.check(case, ignores)
+    assert not verdict.nonfinite and verdict.wrong and "error" in verdict.detail, verdict
+    own = contract.Impl("untold", _no_dropout)
+    with pytest.raises(NotImplementedError, match="keep mask"):
+        contract.check(case, own)

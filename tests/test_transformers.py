@@ -21,6 +21,7 @@ from transformers import (
     MistralForCausalLM,
 )
 
+import safeattn
 import safeattn.integrations.transformers as sa_hf
 
 PAD = 0
@@ -134,10 +135,9 @@ def test_nan_in_padding_stays_out(device):
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        (dict(dropout=0.1), "dropout"),
         (dict(s_aux=torch.zeros(4)), "s_aux"),
     ],
-    ids=["dropout", "sinks"],
+    ids=["sinks"],
 )
 def test_unsupported_features_are_refused(kwargs, match):
     q = torch.randn(1, 4, 3, 8)
@@ -167,3 +167,17 @@ def test_register_is_idempotent():
 
     assert sa_hf.register() == sa_hf.register() == "safeattn"
     assert AttentionInterface._global_mapping["safeattn"] is sa_hf.attention_forward
+
+
+def test_attention_dropout_is_safeattns_own():
+    """transformers' ``dropout`` (attention_dropout in training) reaches safeattn's
+    dropout_p: the same bits as safeattn.attention for the same torch.manual_seed."""
+    q = torch.randn(1, 4, 40, 16)
+    k = v = torch.randn(1, 2, 40, 16)
+    torch.manual_seed(3)
+    out, _ = sa_hf.attention_forward(torch.nn.Module(), q, k, v, None, dropout=0.2)
+    torch.manual_seed(3)
+    want = safeattn.attention(q, k, v, causal=True, dropout_p=0.2).transpose(1, 2)
+    torch.manual_seed(4)
+    other, _ = sa_hf.attention_forward(torch.nn.Module(), q, k, v, None, dropout=0.2)
+    assert torch.equal(out, want) and not torch.equal(out, other)

@@ -18,8 +18,9 @@ Differences from ``"sdpa"``, on purpose: query rows with no key to attend (left 
 output exactly 0 instead of the garbage or NaN SDPA gives them, and NaN/Inf held in padded
 key/value positions never reach a real token.
 
-Not supported (a clear error rather than a silent fallback): attention dropout > 0 in
-training, attention sinks, paged caches (continuous batching).
+Attention dropout (``config.attention_dropout`` in training) is safeattn's own (``dropout_p``).
+Not supported (a clear error rather than a silent fallback): attention sinks, paged caches
+(continuous batching).
 ``output_attentions=True`` returns no weights, as with ``"sdpa"``.
 """
 
@@ -53,7 +54,7 @@ def attention_forward(
         query: (B, Hq, Nq, D); key, value: (B, Hkv, Nk, D), ``Hq % Hkv == 0``.
         attention_mask: None, or bool (B or 1, 1, Nq, Nk), True = attend (``sdpa_mask``),
             or an additive float mask broadcastable to (B, Hq, Nq, Nk).
-        dropout: must be 0 (safeattn has no dropout yet).
+        dropout: attention dropout probability (transformers passes 0.0 in eval).
         scaling: logit scale (default 1/sqrt(D)).
         kwargs: ``position_bias`` (additive, broadcastable to (B, Hq, Nq, Nk)) and
             ``softcap`` (Gemma 2's ``attn_logit_softcapping``; None = off) are applied;
@@ -73,11 +74,6 @@ def attention_forward(
             "safeattn (transformers backend): paged caches (continuous batching) are not "
             'supported.\nHINT: use attn_implementation="sdpa" for continuous batching.'
         )
-    if dropout:
-        raise NotImplementedError(
-            f"safeattn (transformers backend): attention dropout {dropout} is not supported "
-            "(safeattn has no dropout yet).\nHINT: set config.attention_dropout = 0.0."
-        )
     q_len = query.shape[2]
     if is_causal is None:
         is_causal = getattr(module, "is_causal", True)
@@ -91,8 +87,9 @@ def attention_forward(
         mask = bias if mask is None else _as_additive(mask, bias)
     softcap = kwargs.get("softcap")
     out = attention(
-        query, key, value, causal=causal, attn_mask=mask, scale=scaling, softcap=softcap
-    )
+        query, key, value, causal=causal, attn_mask=mask, scale=scaling, softcap=softcap,
+        dropout_p=float(dropout),
+    )  # fmt: skip
     return out.transpose(1, 2).contiguous(), None
 
 

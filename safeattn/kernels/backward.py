@@ -34,6 +34,7 @@ import triton.language as tl
 from .forward import (
     _allowed_pairs,
     _bias_tile,
+    _kept,
     _key_ranges,
     _list_start,
     _scores,
@@ -179,6 +180,11 @@ def _dkdv_step(
     USE_TMA: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
+    rng_seed,
+    rng_base,
+    rng_stride,
+    dropout_p,
+    HAS_DROPOUT: tl.constexpr,
 ):
     """One query block [start_m, start_m + BLOCK_M) into dK, dV. MASKED=False is the plain
     path: every pair of the block may attend and every row and key is in range. USE_TMA:
@@ -234,12 +240,19 @@ def _dkdv_step(
         # NOTE: full tiles of an additive mask (forward.py): the bias applies unselected.
         sT = sT + tl.trans(_bias_tile(am_base, offs_m, offs_n, stride_amm, stride_amn))
     pT = tl.math.exp2(sT - lse2[None, :])
+    pT_v = pT
+    if HAS_DROPOUT:
+        # NOTE: dropout (forward.py): the forward's mask, transposed; dV is scaled at the end.
+        keptT = tl.trans(_kept(rng_seed, rng_base, rng_stride, offs_m, offs_n, dropout_p))
+        pT_v = tl.where(keptT, pT, 0.0)
     if UPCAST_DOT == 2:
-        dv = tl.dot(pT, do.to(tl.float32), dv, input_precision=DOT_PRECISION)
+        dv = tl.dot(pT_v, do.to(tl.float32), dv, input_precision=DOT_PRECISION)
         dpT = tl.dot(v.to(tl.float32), tl.trans(do.to(tl.float32)), input_precision=DOT_PRECISION)
     else:
-        dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=DOT_PRECISION)
+        dv = tl.dot(pT_v.to(do.dtype), do, dv, input_precision=DOT_PRECISION)
         dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
+    if HAS_DROPOUT:
+        dpT = tl.where(keptT, dpT * (1.0 / (1.0 - dropout_p)), 0.0)
     dsT = pT * (dpT - delta[None, :])
     if HAS_SOFTCAP:
         # d(cap·tanh(x/cap))/dx = 1 - tanh²: dS of the raw scores, before the where below
@@ -290,6 +303,7 @@ def _dkdv_inner(
     USE_TMA: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
+    rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT: tl.constexpr,
 ):  # fmt: skip
     """``count`` query blocks (``_block_start``) of one query head into dK, dV."""
     for i in tl.range(0, count):
@@ -300,6 +314,7 @@ def _dkdv_inner(
             stride_qm, stride_qd, stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm,
             stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK,
             MASK_KIND, HAS_SOFTCAP, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
         )  # fmt: skip
     return dk, dv
 
@@ -324,6 +339,7 @@ def _dkdv_head(
     USE_TMA: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
+    rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT: tl.constexpr,
 ):  # fmt: skip
     """All the query blocks of one query head that see this program's keys, into dK, dV:
     (SPARSE) the head's transposed tile lists at ``num_off``/``idx_off``, full tiles then
@@ -340,6 +356,7 @@ def _dkdv_head(
             stride_kmn, stride_amm, stride_amn, False, GUARD, True, SPARSE_Q, HAS_WINDOW_LEFT,
             HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_M, EVEN_D, USE_TMA,
             DOT_PRECISION, UPCAST_DOT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
         )  # fmt: skip
         dk, dv = _dkdv_inner(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
@@ -349,6 +366,7 @@ def _dkdv_head(
             stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD, True, SPARSE_Q,
             HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_M, False,
             USE_TMA, DOT_PRECISION, UPCAST_DOT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
         )  # fmt: skip
     else:
         lo, full_lo, full_hi, hi = _query_ranges(
@@ -363,6 +381,7 @@ def _dkdv_head(
             stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD,
             False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
             HAS_SOFTCAP, BLOCK_M, False, USE_TMA, DOT_PRECISION, UPCAST_DOT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
         )  # fmt: skip
         dk, dv = _dkdv_inner(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
@@ -372,6 +391,7 @@ def _dkdv_head(
             stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, False, GUARD,
             False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
             HAS_SOFTCAP, BLOCK_M, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
         )  # fmt: skip
         dk, dv = _dkdv_inner(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
@@ -381,16 +401,17 @@ def _dkdv_head(
             stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD,
             False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
             HAS_SOFTCAP, BLOCK_M, False, USE_TMA, DOT_PRECISION, UPCAST_DOT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
         )  # fmt: skip
     return dk, dv
 
 
 @triton.jit(do_not_specialize=["seq_q", "seq_k", "window_left", "window_right"])
 def _bwd_dkdv(
-    Q, K, V, dOut, Lse2, Delta, dK, dV, Leaked,
+    Q, K, V, dOut, Lse2, Delta, dK, dV, Leaked, Seed,
     KeyMask, AttnMask, CuSeqQ, CuSeqK, FullNum, FullIdx, PartNum, PartIdx,
     DescQ, DescK, DescV, DescdO, DescdK, DescdV,  # USE_TMA: tensor descriptors; else None
-    qk_scale, sm_scale, softcap,
+    qk_scale, sm_scale, softcap, dropout_p,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -421,6 +442,7 @@ def _bwd_dkdv(
     GQA: tl.constexpr = False,
     GUARD: tl.constexpr = False,
     USE_TMA: tl.constexpr = False,  # the Hopper path (kernels/hopper.py)
+    HAS_DROPOUT: tl.constexpr = False,  # the forward's dropout (forward._kept), regenerated
 ):  # fmt: skip
     """Grid: (cdiv(max Nk, BLOCK_N), B * Hkv). Writes dK, dV for BLOCK_N keys of one KV head,
     summing over the GQA group's query heads in a fixed order.
@@ -494,8 +516,12 @@ def _bwd_dkdv(
     # NOTE: heads in the outer loop, all of a head's query blocks inside it: the order in which
     # dK and dV sum (fixed, for deterministic=True, and the one the fp32 accuracy tests were
     # set on). Without GQA (a launch constant) there is no head loop at all.
+    rng_seed, rng_stride = 0, seq_k
+    if HAS_DROPOUT:
+        rng_seed = tl.load(Seed)
     for g in tl.range(0, group if GQA else 1):
         h64 = (h_kv * group + g).to(tl.int64)
+        rng_base = (b64 * heads_kv * group + h64) * seq_q * seq_k
         dk, dv = _dkdv_head(
             dk, dv, k, v,
             Q + b64 * stride_qb + h64 * stride_qh + q_off * stride_qm,
@@ -513,8 +539,11 @@ def _bwd_dkdv(
             stride_kmn, stride_amm, stride_amn, GUARD, SPARSE, SPARSE_Q, HAS_WINDOW_LEFT,
             HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_M, BLOCK_N, EVEN_D,
             USE_TMA, DOT_PRECISION, UPCAST_DOT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
         )  # fmt: skip
 
+    if HAS_DROPOUT:
+        dv = dv * (1.0 / (1.0 - dropout_p))  # the kept P's 1 / (1 - p), once
     if MAY_EMPTY and not GUARD:
         bad = (dk != dk) | (tl.abs(dk) == float("inf")) | (dv != dv) | (tl.abs(dv) == float("inf"))
         tl.store(leak_at, tl.max(bad.to(tl.int32)))
@@ -586,6 +615,11 @@ def _dq_step(
     stride_dbm,
     stride_dbn,
     HAS_DBIAS: tl.constexpr,
+    rng_seed,
+    rng_base,
+    rng_stride,
+    dropout_p,
+    HAS_DROPOUT: tl.constexpr,
 ):
     """One key block [start_n, start_n + BLOCK_N) into dQ. MASKED=False is the plain path:
     every pair of the block may attend and every row and key is in range. USE_TMA: the K and
@@ -614,6 +648,10 @@ def _dq_step(
     else:
         dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
     s = s * qk_scale  # after dP, as before _scores: keeps the compiled GPU code as it was
+    if HAS_DROPOUT:
+        # NOTE: dropout (forward.py): dP of the dropped, rescaled P.
+        kept = _kept(rng_seed, rng_base, rng_stride, offs_m, offs_n, dropout_p)
+        dp = tl.where(kept, dp * (1.0 / (1.0 - dropout_p)), 0.0)
     if HAS_SOFTCAP:
         # NOTE: soft-capping (forward.py): P from the capped scores, as the forward saw them.
         s, t = _softcap(s, softcap)
@@ -710,6 +748,11 @@ def _dq_inner(
     stride_dbm,
     stride_dbn,
     HAS_DBIAS: tl.constexpr,
+    rng_seed,
+    rng_base,
+    rng_stride,
+    dropout_p,
+    HAS_DROPOUT: tl.constexpr,
 ):
     """Key blocks [start, end) step BLOCK_N, or (LISTED) the kernel blocks t in [start, end)
     of the tile list at ``idx_ptr`` (forward.py's ``_list_start``)."""
@@ -723,6 +766,7 @@ def _dq_inner(
                 stride_vd, stride_kmn, stride_amm, stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT,
                 HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, EVEN_D, USE_TMA,
                 DOT_PRECISION, UPCAST_DOT, db_base, stride_dbm, stride_dbn, HAS_DBIAS,
+                rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
             )  # fmt: skip
     else:
         for start_n in tl.range(start, end, BLOCK_N):
@@ -733,6 +777,7 @@ def _dq_inner(
                 stride_vd, stride_kmn, stride_amm, stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT,
                 HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, EVEN_D, USE_TMA,
                 DOT_PRECISION, UPCAST_DOT, db_base, stride_dbm, stride_dbn, HAS_DBIAS,
+                rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
             )  # fmt: skip
     return dq
 
@@ -764,6 +809,7 @@ def _dq_rows(
     stride_dbm,
     stride_dbn,
     HAS_DBIAS: tl.constexpr,
+    rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT: tl.constexpr,
 ):  # fmt: skip
     """dQ (unscaled, fp32) of one program's rows over all the key blocks they may see:
     the tile lists when SPARSE, else the analytic ranges of ``_key_ranges``."""
@@ -784,6 +830,7 @@ def _dq_rows(
             stride_amn, False, GUARD, True, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, EVEN_D, USE_TMA, DOT_PRECISION,
             UPCAST_DOT, db_base, stride_dbm, stride_dbn, HAS_DBIAS,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
         )  # fmt: skip
         dq = _dq_inner(
             dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
@@ -793,6 +840,7 @@ def _dq_rows(
             stride_amn, True, GUARD, True, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, USE_TMA, DOT_PRECISION,
             UPCAST_DOT, db_base, stride_dbm, stride_dbn, HAS_DBIAS,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
         )  # fmt: skip
     else:
         lo, full_lo, full_hi, hi = _key_ranges(
@@ -807,6 +855,7 @@ def _dq_rows(
             stride_amn, True, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, USE_TMA, DOT_PRECISION,
             UPCAST_DOT, db_base, stride_dbm, stride_dbn, HAS_DBIAS,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
         )  # fmt: skip
         dq = _dq_inner(
             dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
@@ -816,6 +865,7 @@ def _dq_rows(
             stride_amn, False, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, EVEN_D, USE_TMA, DOT_PRECISION,
             UPCAST_DOT, db_base, stride_dbm, stride_dbn, HAS_DBIAS,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
         )  # fmt: skip
         dq = _dq_inner(
             dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
@@ -825,16 +875,17 @@ def _dq_rows(
             stride_amn, True, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, USE_TMA, DOT_PRECISION,
             UPCAST_DOT, db_base, stride_dbm, stride_dbn, HAS_DBIAS,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
         )  # fmt: skip
     return dq
 
 
 @triton.jit(do_not_specialize=["seq_q", "seq_k", "window_left", "window_right"])
 def _bwd_dq(
-    Q, K, V, dOut, Lse2, Delta, dQ, Leaked, DBias,
+    Q, K, V, dOut, Lse2, Delta, dQ, Leaked, DBias, Seed,
     KeyMask, AttnMask, CuSeqQ, CuSeqK, FullNum, FullIdx, PartNum, PartIdx,
     DescQ, DescK, DescV, DescdO, DescdQ,  # USE_TMA: tensor descriptors; else None
-    qk_scale, sm_scale, softcap,
+    qk_scale, sm_scale, softcap, dropout_p,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -865,6 +916,7 @@ def _bwd_dq(
     USE_TMA: tl.constexpr = False,  # the Hopper path (kernels/hopper.py)
     GUARD: tl.constexpr = False,  # the second launch: redo the programs flagged in Leaked
     HAS_DBIAS: tl.constexpr = False,  # also write dBias = dS into DBias (B, Hq, Nq, Nk)
+    HAS_DROPOUT: tl.constexpr = False,  # the forward's dropout (forward._kept), regenerated
 ):  # fmt: skip
     """Grid: (cdiv(max Nq, BLOCK_M), B * Hq). Writes dQ for BLOCK_M rows of one query head.
 
@@ -936,6 +988,10 @@ def _bwd_dq(
     km_base = KeyMask + b64 * stride_kmb
     am_base = AttnMask + b64 * stride_amb + h64 * stride_amh
     db_base = DBias + b64 * stride_dbb + h64 * stride_dbh
+    rng_seed, rng_stride = 0, seq_k
+    rng_base = (b64 * heads_q + h64) * seq_q * seq_k
+    if HAS_DROPOUT:
+        rng_seed = tl.load(Seed)
 
     dq = _dq_rows(
         q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, b, h_kv, FullNum,
@@ -946,6 +1002,7 @@ def _bwd_dq(
         HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, SPARSE, SPARSE_Q,
         SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
         db_base, stride_dbm, stride_dbn, HAS_DBIAS,
+        rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
     )  # fmt: skip
     # NOTE: excluded keys (module docstring): the second launch redoes, with the guard, the
     # programs whose dQ leaked. Not compiled in where no in-range key can be excluded.

@@ -124,6 +124,15 @@ _SMEM_NEEDED: dict[tuple[str, int, bool, bool, KernelConfig], int] = {
     ("bwd_dkdv", 128, False, True, C(64, 128, 8, 2)): 107_264,
     ("bwd_dq", 128, False, True, C(128, 32, 4, 3)): 102_400,
 }  # fmt: skip
+# Dropout (HAS_DROPOUT) adds its Philox tile to the forward's shared memory: the configs the
+# audit found over sm80's or sm86/89's limit with it (triton 3.9, 2026-11-27, block-mask
+# variant; applied with or without a mask). Keyed by (kernel, head-dim bucket, fp32?, config).
+_SMEM_NEEDED_DROPOUT: dict[tuple[str, int, bool, KernelConfig], int] = {
+    ("forward", 64, False, C(64, 128, 4, 3)): 106_496,
+    ("forward", 64, False, C(128, 64, 4, 4)): 114_688,
+    ("forward", 128, False, C(64, 64, 4, 3)): 106_496,
+    ("forward", 128, False, C(128, 64, 8, 4)): 180_224,
+}  # fmt: skip
 
 
 # Under the interpreter: small, unequal blocks so that CPU tests with short sequences still
@@ -152,6 +161,7 @@ def candidates(
     smem_limit: int | None = None,
     masked: bool = False,
     tma: bool = False,
+    dropout: bool = False,
 ) -> list[KernelConfig]:
     """The shipped configs for one kernel, head-dim tile (16..256) and dtype, best first.
 
@@ -159,7 +169,8 @@ def candidates(
     to need more (:data:`_SMEM_NEEDED`); None keeps every config. ``masked``: the block-mask
     variant (a key_mask or attn_mask), which needs more shared memory for some configs.
     ``tma``: the Hopper path (fp16/bf16 only): :data:`_HOPPER_FORWARD` for the forward, the
-    portable lists for the backward kernels (no Hopper sweep of them yet).
+    portable lists for the backward kernels (no Hopper sweep of them yet). ``dropout``:
+    the HAS_DROPOUT specialisation, which needs more shared memory for some forward configs.
     """
     fp32 = dtype == torch.float32
     bucket = _bucket(head_dim_block)
@@ -167,13 +178,16 @@ def candidates(
         raise ValueError(f"safeattn: the Hopper path has no {kernel} configs for {dtype}")
     table = _FP32 if fp32 else _HALF
     listed = _HOPPER_FORWARD[bucket] if tma and kernel == "forward" else table[kernel][bucket]
+
+    def need(c: KernelConfig) -> int:
+        plain = _SMEM_NEEDED.get((kernel, bucket, fp32, masked, c), 0)
+        return max(plain, _SMEM_NEEDED_DROPOUT.get((kernel, bucket, fp32, c), 0) if dropout else 0)
+
     return [
         c
         for c in listed
-        if keep(c, kernel, head_dim_block)
-        and (smem_limit is None or _SMEM_NEEDED.get((kernel, bucket, fp32, masked, c), 0)
-             <= smem_limit)
-    ]  # fmt: skip
+        if keep(c, kernel, head_dim_block) and (smem_limit is None or need(c) <= smem_limit)
+    ]
 
 
 def keep(cfg: KernelConfig, kernel: str, head_dim_block: int) -> bool:

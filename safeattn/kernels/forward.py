@@ -120,6 +120,7 @@ def _fwd_step(
     USE_TMA: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
+    rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT: tl.constexpr,
 ):  # fmt: skip
     """One key block [start_n, start_n + BLOCK_N) into the online softmax. MASKED=False is
     the plain path: every pair of the block may attend and every row and key is in range.
@@ -175,12 +176,40 @@ def _fwd_step(
     p = tl.math.exp2(s - m_safe[:, None])
     alpha = tl.math.exp2(m_i - m_safe)
     l_i = l_i * alpha + tl.sum(p, 1)
+    if HAS_DROPOUT:
+        # NOTE: dropout — the sum keeps every p (the softmax is of all allowed keys); only
+        # the product with V drops, and the output is scaled by 1 / (1 - p) at the end.
+        p = tl.where(_kept(rng_seed, rng_base, rng_stride, offs_m, offs_n, dropout_p), p, 0.0)
     acc = acc * alpha[:, None]
     if UPCAST_DOT == 2:
         acc = tl.dot(p, v.to(tl.float32), acc, input_precision=DOT_PRECISION)
     else:
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
     return acc, m_new, l_i, row_bad
+
+
+@triton.jit
+def _kept(seed, base, stride, offs_m, offs_n, dropout_p):
+    """Dropout's keep mask of the (offs_m, offs_n) tile: Philox (``tl.rand``) at element
+    offset ``base + m * stride + n``, ``base`` = (b * Hq + h) * Nq * Nk of the (sequence,
+    query head): the same bits in the forward and in both backward kernels, any tiling."""
+    offs = base + offs_m[:, None].to(tl.int64) * stride + offs_n[None, :]
+    return tl.rand(seed, offs) >= dropout_p
+
+
+@triton.jit
+def _dropout_keep(Keep, Seed, dropout_p, heads, seq_q, seq_k, BLOCK: tl.constexpr):
+    """Grid: (cdiv(Nq, BLOCK), B * Hq). Keep (B, Hq, Nq, Nk) uint8, contiguous: the mask
+    ``_kept`` gives the kernels (for tests and the reference: passes.dropout_keep)."""
+    pid_m, pid_bh = tl.program_id(0), tl.program_id(1)
+    offs_m = pid_m * BLOCK + tl.arange(0, BLOCK)
+    base = pid_bh.to(tl.int64) * seq_q * seq_k
+    for start_n in range(0, seq_k, BLOCK):
+        offs_n = start_n + tl.arange(0, BLOCK)
+        kept = _kept(tl.load(Seed), base, seq_k, offs_m, offs_n, dropout_p)
+        in_range = (offs_m < seq_q)[:, None] & (offs_n < seq_k)[None, :]
+        tl.store(Keep + base + offs_m[:, None] * seq_k + offs_n[None, :], kept.to(tl.uint8),
+                 mask=in_range)  # fmt: skip
 
 
 @triton.jit
@@ -297,6 +326,7 @@ def _fwd_inner(
     USE_TMA: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
+    rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT: tl.constexpr,
 ):  # fmt: skip
     """Key blocks [start, end) step BLOCK_N, or (LISTED) the kernel blocks t in [start, end)
     of the tile list at ``idx_ptr`` (see ``_list_start``). USE_TMA: DescK/DescV and
@@ -311,6 +341,7 @@ def _fwd_inner(
                 stride_vd, stride_kmn, stride_amm, stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT,
                 HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, EVEN_D, USE_TMA,
                 DOT_PRECISION, UPCAST_DOT,
+                rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
             )  # fmt: skip
     else:
         for start_n in tl.range(start, end, BLOCK_N):
@@ -321,6 +352,7 @@ def _fwd_inner(
                 stride_vd, stride_kmn, stride_amm, stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT,
                 HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, EVEN_D, USE_TMA,
                 DOT_PRECISION, UPCAST_DOT,
+                rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
             )  # fmt: skip
     return acc, m_i, l_i, row_bad
 
@@ -385,6 +417,7 @@ def _fwd_rows(
     USE_TMA: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
+    rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT: tl.constexpr,
 ):  # fmt: skip
     """All key blocks of one program's rows: (acc, m_i, l_i, row_bad) of the online softmax.
 
@@ -411,6 +444,7 @@ def _fwd_rows(
             stride_amm, stride_amn, False, GUARD, True, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, EVEN_D, USE_TMA, DOT_PRECISION,
             UPCAST_DOT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
         )  # fmt: skip
         acc, m_i, l_i, row_bad = _fwd_inner(
             acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
@@ -420,6 +454,7 @@ def _fwd_rows(
             stride_amm, stride_amn, True, GUARD, True, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, USE_TMA, DOT_PRECISION,
             UPCAST_DOT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
         )  # fmt: skip
     else:
         lo, full_lo, full_hi, hi = _key_ranges(
@@ -434,6 +469,7 @@ def _fwd_rows(
             stride_amn, True, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, USE_TMA, DOT_PRECISION,
             UPCAST_DOT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
         )  # fmt: skip
         acc, m_i, l_i, row_bad = _fwd_inner(
             acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
@@ -443,6 +479,7 @@ def _fwd_rows(
             stride_amn, False, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, EVEN_D, USE_TMA, DOT_PRECISION,
             UPCAST_DOT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
         )  # fmt: skip
         acc, m_i, l_i, row_bad = _fwd_inner(
             acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
@@ -452,6 +489,7 @@ def _fwd_rows(
             stride_amn, True, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, USE_TMA, DOT_PRECISION,
             UPCAST_DOT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
         )  # fmt: skip
 
     return acc, m_i, l_i, row_bad
@@ -473,12 +511,14 @@ def _attn_fwd(
     PartNum,
     PartIdx,
     Leaked,  # int32 per program: its output needs the guarded redo (where a key can be excluded)
+    Seed,  # HAS_DROPOUT: int64 (1,), the Philox seed; unused otherwise
     DescQ,  # USE_TMA: [1, 1, BLOCK_M, BLOCK_D] tensor descriptors of q, k, v, out
     DescK,  # ([1, 1, BLOCK_N, BLOCK_D] for k and v); None otherwise
     DescV,
     DescO,
     qk_scale,
     softcap,  # the cap of HAS_SOFTCAP (natural-log units); unused otherwise
+    dropout_p,  # HAS_DROPOUT: the probability of dropping a pair
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -512,6 +552,7 @@ def _attn_fwd(
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,  # interpreter only (0 on a GPU): see _scores
     GUARD: tl.constexpr = False,  # the second launch: redo the programs flagged in Leaked
+    HAS_DROPOUT: tl.constexpr = False,  # drop pairs with probability dropout_p (_kept)
 ):  # fmt: skip
     """Grid: (cdiv(max Nq, BLOCK_M), B * Hq). Writes Out rows and Lse2 (log2-domain LSE).
 
@@ -573,6 +614,10 @@ def _attn_fwd(
     v_base = V + b64 * stride_vb + h_kv.to(tl.int64) * stride_vh + k_start.to(tl.int64) * stride_vn
     km_base = KeyMask + b64 * stride_kmb
     am_base = AttnMask + b64 * stride_amb + h.to(tl.int64) * stride_amh
+    rng_seed, rng_stride = 0, seq_k
+    rng_base = (b64 * heads_q + h) * seq_q * seq_k
+    if HAS_DROPOUT:
+        rng_seed = tl.load(Seed)
 
     acc, m_i, l_i, row_bad = _fwd_rows(
         q, k_base, v_base, km_base, am_base, DescK, DescV, b, h_kv, FullNum, FullIdx, PartNum,
@@ -582,6 +627,7 @@ def _attn_fwd(
         stride_snb, stride_snh, stride_sib, stride_sih, stride_sir, GUARD, HAS_WINDOW_LEFT,
         HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M,
         BLOCK_N, BLOCK_D, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
+        rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
     )  # fmt: skip
     # NOTE: excluded values — a non-finite accumulator means NaN/Inf in V reached the
     # product, whether from an allowed key (the guard marks the row) or an excluded one (the
@@ -595,6 +641,8 @@ def _attn_fwd(
     # NOTE: empty rows — l_i == 0 exactly when no key was allowed.
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    if HAS_DROPOUT:
+        out = out * (1.0 / (1.0 - dropout_p))
     out = tl.where((row_bad > 0)[:, None], float("nan"), out)
     lse2 = tl.where(empty, float("-inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
 

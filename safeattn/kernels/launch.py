@@ -10,12 +10,10 @@ of this GPU, else the user's tuning cache, else the tuner, whose choice is then 
 (``tuning.py`` says why and where); single-config mode and the interpreter skip all three.
 :func:`config_sources` says which one each choice came from.
 
-CUDA graphs: a launch is capturable once its kernel is compiled and its config chosen;
-neither can happen during a capture (tuning synchronises, compiling loads a module). So a
-tune key missing during a capture raises a RuntimeError asking for an eager warm-up call,
-rather than falling back to a first fitting candidate, which would compile inside the
-capture and launch another config than the eager calls (other results). A launch that fails
-during a capture (a new specialisation, e.g. for new strides) gets the same hint.
+CUDA graphs: a launch is capturable once its kernel is compiled and its config chosen; neither
+can happen in a capture (tuning synchronises, compiling loads a module). A missing tune key or
+specialisation (new strides) in a capture raises a RuntimeError asking for an eager warm-up
+call; a fallback config would compile inside the capture and differ from the eager results.
 """
 
 from __future__ import annotations
@@ -120,6 +118,7 @@ class Meta:
     softcap: float = 0.0  # 0.0: off (no HAS_SOFTCAP specialisation)
     tma: bool = False  # the forward's Hopper path (kernels/hopper.py; passes.forward sets it)
     dbias: bool = False  # the backward also writes dBias (passes.backward sets it)
+    dropout_p: float = 0.0  # 0.0: off (no HAS_DROPOUT specialisation)
 
     @property
     def sparse(self) -> bool:
@@ -136,8 +135,8 @@ class Meta:
     def flags(self) -> tuple[tuple[str, int], ...]:
         """What a config choice depends on besides kernel, dtype and sizes: the kernels'
         feature specialisations, and ``deterministic`` (single-config mode). Named, so that
-        a tuning table's keys read without this file (``tuning.key_text``). ``softcap``,
-        ``tma`` and ``dbias`` only when on: the other keys stay as the tables were swept."""
+        a tuning table's keys read without this file (``tuning.key_text``). The last four
+        only when on: the other keys stay as the tables were swept."""
         flags = (
             ("varlen", int(self.varlen)), ("bottom_right", int(self.bottom_right)),
             ("window_left", int(self.window_left >= 0)),
@@ -147,7 +146,8 @@ class Meta:
             ("sparse", int(self.sparse)),
             ("deterministic", int(self.deterministic)),
         )  # fmt: skip
-        on = (("softcap", self.softcap > 0), ("tma", self.tma), ("dbias", self.dbias))
+        on = (("softcap", self.softcap > 0), ("tma", self.tma), ("dbias", self.dbias),
+              ("dropout", self.dropout_p > 0))  # fmt: skip
         return flags + tuple((name, 1) for name, is_on in on if is_on)
 
 
@@ -308,9 +308,8 @@ def _choose(name, fn, grid, args_of, meta, dtype, device, key, gpu_names, extra)
     persisted. Fitting: pruned against the device's opt-in shared memory with the known
     needs, then with the compiled kernel's own figure."""
     limit = _smem_limit(device)
-    shipped = configs.candidates(
-        name, configs.block_d(meta.head_dim), dtype, limit, masked=meta.sparse, tma=meta.tma
-    )
+    shipped = configs.candidates(name, configs.block_d(meta.head_dim), dtype, limit,
+                                 meta.sparse, meta.tma, meta.dropout_p > 0)  # fmt: skip
 
     def misfit(cfg: KernelConfig) -> str | None:
         """Why ``cfg`` cannot run here (a compile failure, too much shared memory), or None."""

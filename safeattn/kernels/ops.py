@@ -32,6 +32,7 @@ def _meta(
     q: Tensor, k: Tensor, key_mask: Tensor | None, varlen: bool, batch: int, max_seqlen_q: int,
     max_seqlen_k: int, bottom_right: bool, window_left: int, window_right: int, mask_kind: int,
     scale: float, softcap: float, deterministic: bool, block_q: int, block_k: int,
+    dropout_p: float = 0.0,
 ) -> launch.Meta:  # fmt: skip
     if varlen:  # q (total_q, Hq, D), k (total_k, Hkv, D)
         heads_q, heads_kv, seq_q, seq_k = q.shape[1], k.shape[1], max_seqlen_q, max_seqlen_k
@@ -43,7 +44,7 @@ def _meta(
         seq_k=seq_k, head_dim=q.shape[-1], bottom_right=bottom_right, window_left=window_left,
         window_right=window_right, has_key_mask=key_mask is not None, mask_kind=mask_kind,
         scale=scale, deterministic=deterministic, sparse_q=block_q, sparse_k=block_k,
-        softcap=softcap,
+        softcap=softcap, dropout_p=dropout_p,
     )  # fmt: skip
 
 
@@ -65,6 +66,7 @@ def attn_fwd(
     attn_mask: Tensor | None,
     cu_seqlens_q: Tensor | None,
     cu_seqlens_k: Tensor | None,
+    seed: Tensor | None,
     tiles: list[Tensor],
     varlen: bool,
     batch: int,
@@ -79,22 +81,23 @@ def attn_fwd(
     deterministic: bool,
     block_q: int,
     block_k: int,
+    dropout_p: float,
 ) -> tuple[Tensor, Tensor]:
     """Forward kernel: ``(out, lse2)``, out like q (same layout), lse2 float32 log2-domain
     (B, Hq, Nq), or (Hq, total_q) varlen. Arguments as validated by ``safeattn._inputs``
     (``batch`` is read only for varlen; ``block_q``/``block_k`` are 0 without tiles;
-    ``softcap`` 0.0 = off)."""
+    ``softcap`` 0.0 = off; ``seed`` dropout's int64 (1,) seed, None when ``dropout_p`` is 0)."""
     meta = _meta(q, k, key_mask, varlen, batch, max_seqlen_q, max_seqlen_k, bottom_right,
                  window_left, window_right, mask_kind, scale, softcap, deterministic, block_q,
-                 block_k)  # fmt: skip
+                 block_k, dropout_p)  # fmt: skip
     return passes.forward(
         q, k, v, key_mask, attn_mask, cu_seqlens_q, cu_seqlens_k, meta,
-        _summary(tiles, block_q, block_k),
+        _summary(tiles, block_q, block_k), seed,
     )  # fmt: skip
 
 
 @attn_fwd.register_fake
-def _(q, k, v, key_mask, attn_mask, cu_seqlens_q, cu_seqlens_k, tiles, varlen, *args):
+def _(q, k, v, key_mask, attn_mask, cu_seqlens_q, cu_seqlens_k, seed, tiles, varlen, *args):
     out = torch.empty_like(q)  # launch allocates with empty_like: the same layout
     return out, q.new_empty(_lse_shape(q, varlen), dtype=torch.float32)
 
@@ -111,6 +114,7 @@ def attn_bwd(
     attn_mask: Tensor | None,
     cu_seqlens_q: Tensor | None,
     cu_seqlens_k: Tensor | None,
+    seed: Tensor | None,
     tiles: list[Tensor],
     varlen: bool,
     batch: int,
@@ -125,16 +129,17 @@ def attn_bwd(
     deterministic: bool,
     block_q: int,
     block_k: int,
+    dropout_p: float,
     dbias: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Backward kernels: ``(dq, dk, dv, dbias)``, dq, dk, dv shaped (and laid out) like q, k,
     v; dbias (``dbias=True``) the additive attn_mask's gradient (B, Hq, Nq, Nk), else empty."""
     meta = _meta(q, k, key_mask, varlen, batch, max_seqlen_q, max_seqlen_k, bottom_right,
                  window_left, window_right, mask_kind, scale, softcap, deterministic, block_q,
-                 block_k)  # fmt: skip
+                 block_k, dropout_p)  # fmt: skip
     dq, dk, dv, db = passes.backward(
         q, k, v, out, dout, lse2, key_mask, attn_mask, cu_seqlens_q, cu_seqlens_k, meta,
-        _summary(tiles, block_q, block_k), dbias,
+        _summary(tiles, block_q, block_k), dbias, seed,
     )  # fmt: skip
     return dq, dk, dv, db if db is not None else q.new_empty(0)
 
@@ -145,17 +150,18 @@ def _(q, k, v, out, dout, lse2, key_mask, attn_mask, *args):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), db
 
 
-# attn_fwd's arguments after q, k, v: four optional tensors, the tile list, then these.
+# attn_fwd's arguments after q, k, v: five optional tensors, the tile list, then these.
 _SCALARS = (
     "varlen", "batch", "max_seqlen_q", "max_seqlen_k", "bottom_right", "window_left",
     "window_right", "mask_kind", "scale", "softcap", "deterministic", "block_q", "block_k",
+    "dropout_p",
 )  # fmt: skip
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, key_mask, attn_mask, cu_q, cu_k, tiles, *scalars = inputs
+    q, k, v, key_mask, attn_mask, cu_q, cu_k, seed, tiles, *scalars = inputs
     out, lse2 = output
-    ctx.save_for_backward(q, k, v, out, lse2, key_mask, attn_mask, cu_q, cu_k, *tiles)
+    ctx.save_for_backward(q, k, v, out, lse2, key_mask, attn_mask, cu_q, cu_k, seed, *tiles)
     ctx.scalars = scalars
     ctx.n_tiles = len(tiles)
 
@@ -166,12 +172,12 @@ def _wants_dbias(ctx, attn_mask: Tensor | None) -> bool:
 
 
 def _backward(ctx, dout, _dlse2):
-    q, k, v, out, lse2, key_mask, attn_mask, cu_q, cu_k, *tiles = ctx.saved_tensors
+    q, k, v, out, lse2, key_mask, attn_mask, cu_q, cu_k, seed, *tiles = ctx.saved_tensors
     want = _wants_dbias(ctx, attn_mask)
-    dq, dk, dv, db = attn_bwd(q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, tiles,
-                              *ctx.scalars, want)  # fmt: skip
+    dq, dk, dv, db = attn_bwd(q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, seed,
+                              tiles, *ctx.scalars, want)  # fmt: skip
     # One entry per input, the tile list as a list: no gradient but q, k, v (and attn_mask).
-    grads = (dq, dk, dv, None, db if want else None, None, None, [None] * ctx.n_tiles)
+    grads = (dq, dk, dv, None, db if want else None, None, None, None, [None] * ctx.n_tiles)
     return grads + (None,) * len(_SCALARS)
 
 
@@ -184,21 +190,29 @@ class _Eager(torch.autograd.Function):
     kernel would feel. Compiled graphs never see this class (see :func:`run`)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: launch.Meta, summary):
-        out, lse2 = passes.forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta, summary)
-        ctx.save_for_backward(q, k, v, out, lse2, key_mask, attn_mask, cu_q, cu_k)
+    def forward(ctx, q, k, v, key_mask, attn_mask, cu_q, cu_k, seed, meta: launch.Meta, summary):
+        out, lse2 = passes.forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta, summary, seed)
+        ctx.save_for_backward(q, k, v, out, lse2, key_mask, attn_mask, cu_q, cu_k, seed)
         ctx.meta, ctx.summary = meta, summary
         ctx.mark_non_differentiable(lse2)
         return out, lse2
 
     @staticmethod
     def backward(ctx, dout, _dlse2):
-        q, k, v, out, lse2, key_mask, attn_mask, cu_q, cu_k = ctx.saved_tensors
+        q, k, v, out, lse2, key_mask, attn_mask, cu_q, cu_k, seed = ctx.saved_tensors
         want = _wants_dbias(ctx, attn_mask)
         dq, dk, dv, db = passes.backward(
-            q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, ctx.meta, ctx.summary, want
-        )
-        return dq, dk, dv, None, db, None, None, None, None
+            q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, ctx.meta, ctx.summary,
+            want, seed,
+        )  # fmt: skip
+        return dq, dk, dv, None, db, None, None, None, None, None
+
+
+def dropout_seed(device: torch.device) -> Tensor:
+    """A fresh dropout seed, int64 (1,) on ``device``, drawn from that device's PyTorch
+    generator: ``torch.manual_seed`` reproduces it, and a compiled graph or a CUDA graph
+    capture records the draw (no host round trip)."""
+    return torch.randint(0, 2**62, (1,), device=device, dtype=torch.int64)
 
 
 def run(p, summary: BlockSummary | None) -> tuple[Tensor, Tensor]:
@@ -212,12 +226,13 @@ def run(p, summary: BlockSummary | None) -> tuple[Tensor, Tensor]:
     block_q, block_k = (summary.block_q, summary.block_k) if summary is not None else (0, 0)
     scalars = (p.varlen, p.batch, p.seq_q, p.seq_k, p.bottom_right, p.window_left,
                p.window_right, mask_kind, p.scale, p.softcap, p.deterministic, block_q,
-               block_k)  # fmt: skip
+               block_k, p.dropout_p)  # fmt: skip
+    seed = dropout_seed(p.q.device) if p.dropout_p > 0 else None
     if not torch.compiler.is_compiling():
         meta = _meta(p.q, p.k, p.key_mask, *scalars)
         return _Eager.apply(p.q, p.k, p.v, p.key_mask, p.attn_mask, p.cu_seqlens_q,
-                            p.cu_seqlens_k, meta, summary)  # fmt: skip
+                            p.cu_seqlens_k, seed, meta, summary)  # fmt: skip
     tiles = [] if summary is None else [getattr(summary, f.name) for f in fields(summary)[2:]]
     out, lse2 = attn_fwd(p.q, p.k, p.v, p.key_mask, p.attn_mask, p.cu_seqlens_q,
-                         p.cu_seqlens_k, tiles, *scalars)  # fmt: skip
+                         p.cu_seqlens_k, seed, tiles, *scalars)  # fmt: skip
     return out, lse2.detach()

@@ -17,7 +17,7 @@ import triton
 
 from . import configs, hopper, launch
 from .backward import _bwd_dkdv, _bwd_dq
-from .forward import _attn_fwd
+from .forward import _attn_fwd, _dropout_keep
 from .launch import Meta
 
 _LN2 = math.log(2.0)
@@ -93,10 +93,11 @@ def _new_lse(q: torch.Tensor, meta: Meta) -> torch.Tensor:
     return torch.empty((meta.batch, meta.heads_q, meta.seq_q), device=q.device, dtype=torch.float32)
 
 
-def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None):
+def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None, seed=None):
     """Run the forward kernel. Returns ``(out, lse2)``; lse2 is the log2-domain LSE, fp32,
     (B, Hq, Nq) dense or (Hq, total_q) varlen, -inf on empty rows. ``summary``: the
-    :class:`safeattn.blockmask.BlockSummary` of key_mask/attn_mask (needed iff meta.sparse)."""
+    :class:`safeattn.blockmask.BlockSummary` of key_mask/attn_mask (needed iff meta.sparse).
+    ``seed``: int64 (1,) on q's device, dropout's Philox seed (needed iff meta.dropout_p)."""
     out = _alloc_like(q)
     lse2 = _new_lse(q, meta)
     if out.numel() == 0:
@@ -121,9 +122,9 @@ def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None):
             rows = [c.block_m, c.block_n, c.block_n, c.block_m]
             descs = tuple(hopper.descriptors([q, k, v, out], rows, bd))
         return (
-            q, k, v, out, lse2, km, am, cu_q, cu_k, *tiles[:4], leaked, *descs,
-            meta.scale * _LOG2E,
-            meta.softcap, *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
+            q, k, v, out, lse2, km, am, cu_q, cu_k, *tiles[:4], leaked, _seed(seed, meta, q),
+            *descs, meta.scale * _LOG2E, meta.softcap, meta.dropout_p,
+            *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
             *_dense_strides(v, meta.varlen), *_dense_strides(out, meta.varlen),
             *_lse_strides(lse2, meta.varlen), *km_s, *am_s, *tiles[4:],
             meta.heads_q, meta.heads_q // meta.heads_kv, meta.seq_q, meta.seq_k,
@@ -131,7 +132,7 @@ def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None):
         )  # fmt: skip
 
     grid = lambda c: (triton.cdiv(meta.seq_q, c.block_m), meta.batch * meta.heads_q)
-    extra = {"USE_TMA": tma}
+    extra = {"USE_TMA": tma, "HAS_DROPOUT": meta.dropout_p > 0}
     cfg = launch._launch(
         "forward", _attn_fwd, grid, args, meta, q.dtype, q.device, meta.seq_q, meta.seq_k, extra
     )
@@ -141,9 +142,16 @@ def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None):
     return out, lse2
 
 
+def _seed(seed, meta: Meta, fallback: torch.Tensor) -> torch.Tensor:
+    """The Seed argument: dropout's int64 (1,) seed, or a placeholder the kernels never read."""
+    if meta.dropout_p > 0 and seed is None:
+        raise ValueError("dropout_p > 0 needs the seed of the forward's dropout")
+    return seed if meta.dropout_p > 0 else fallback
+
+
 def backward(
     q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None,
-    dbias: bool = False,
+    dbias: bool = False, seed=None,
 ):  # fmt: skip
     """Run the three backward kernels. Returns ``(dq, dk, dv, dbias)``: dq, dk, dv shaped
     like q, k, v; with ``dbias`` (an additive float ``attn_mask``, dense only) the gradient of
@@ -176,7 +184,8 @@ def backward(
     pre_grid = lambda c: (triton.cdiv(meta.seq_q, c.block_m), meta.batch * meta.heads_q)
     launch.launch_preprocess(pre_args, pre_grid, meta, dt, dev)
 
-    common = (meta.scale * _LOG2E, meta.scale, meta.softcap)
+    common = (meta.scale * _LOG2E, meta.scale, meta.softcap, meta.dropout_p)
+    seed = _seed(seed, meta, q)
     # The Hopper path (kernels/hopper.py) for both kernels: its own tune keys.
     tma = hopper.use_tma(
         meta.varlen, q.device, q, k, v, dout, dq, dk, dv,
@@ -198,7 +207,7 @@ def backward(
     may_empty = meta.may_have_empty_rows
     leaked = _leak_flags(meta, meta.seq_k, meta.heads_kv, q)
     kv_args = lambda c: (
-        q, k, v, dout, lse2, delta, dk, dv, leaked, km, am, cu_q, cu_k, *tiles_t[:4],
+        q, k, v, dout, lse2, delta, dk, dv, leaked, seed, km, am, cu_q, cu_k, *tiles_t[:4],
         *descs(c, [q, k, v, dout, dk, dv], "mnnmnn"), *common,
         *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
         *_dense_strides(v, meta.varlen), *_dense_strides(dout, meta.varlen),
@@ -208,7 +217,7 @@ def backward(
         meta.window_left, meta.window_right, meta.head_dim,
     )  # fmt: skip
     kv_grid = lambda c: (triton.cdiv(meta.seq_k, c.block_n), meta.batch * meta.heads_kv)
-    gqa = {"GQA": group > 1, "USE_TMA": tma}
+    gqa = {"GQA": group > 1, "USE_TMA": tma, "HAS_DROPOUT": meta.dropout_p > 0}
     cfg = launch._launch(
         "bwd_dkdv", _bwd_dkdv, kv_grid, kv_args, meta, dt, dev, meta.seq_q, meta.seq_k, gqa
     )
@@ -220,8 +229,8 @@ def backward(
     # The dQ kernel flags and redoes its programs the same way (backward._bwd_dq).
     leaked_q = _leak_flags(meta, meta.seq_q, meta.heads_q, q)
     q_args = lambda c: (
-        q, k, v, dout, lse2, delta, dq, leaked_q, db if db is not None else q, km, am, cu_q,
-        cu_k, *tiles[:4], *descs(c, [q, k, v, dout, dq], "mnnmm"), *common,
+        q, k, v, dout, lse2, delta, dq, leaked_q, db if db is not None else q, seed, km, am,
+        cu_q, cu_k, *tiles[:4], *descs(c, [q, k, v, dout, dq], "mnnmm"), *common,
         *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
         *_dense_strides(v, meta.varlen), *_dense_strides(dout, meta.varlen),
         *_dense_strides(dq, meta.varlen), *_lse_strides(lse2, meta.varlen), *km_s, *am_s,
@@ -230,7 +239,7 @@ def backward(
         meta.window_left, meta.window_right, meta.head_dim,
     )  # fmt: skip
     q_grid = lambda c: (triton.cdiv(meta.seq_q, c.block_m), meta.batch * meta.heads_q)
-    extra = {"USE_TMA": tma, "HAS_DBIAS": db is not None}
+    extra = {"USE_TMA": tma, "HAS_DBIAS": db is not None, "HAS_DROPOUT": meta.dropout_p > 0}
     cfg = launch._launch(
         "bwd_dq", _bwd_dq, q_grid, q_args, meta, dt, dev, meta.seq_q, meta.seq_k, extra
     )
@@ -238,6 +247,19 @@ def backward(
         launch.launch_guarded_redo("bwd_dq", _bwd_dq, q_grid(cfg), q_args, meta, dt, dev, cfg,
                                    extra)  # fmt: skip
     return dq, dk, dv, db
+
+
+def dropout_keep(
+    seed: torch.Tensor, batch: int, heads_q: int, seq_q: int, seq_k: int, dropout_p: float
+) -> torch.Tensor:
+    """The keep mask of the kernels' dropout for this seed: bool (B, Hq, Nq, Nk) on the
+    seed's device, True = kept (varlen: B sequences of the max lengths, each sequence's
+    pairs at the top left). For tests and ``safeattn.reference``'s ``dropout_keep``."""
+    keep = torch.zeros((batch, heads_q, seq_q, seq_k), dtype=torch.uint8, device=seed.device)
+    if keep.numel():
+        grid = (triton.cdiv(seq_q, 32), batch * heads_q)
+        _dropout_keep[grid](keep, seed, dropout_p, heads_q, seq_q, seq_k, BLOCK=32)
+    return keep.bool()
 
 
 def lse_natural(lse2: torch.Tensor) -> torch.Tensor:
