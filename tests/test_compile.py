@@ -160,6 +160,7 @@ def test_opcheck(device):
     registration, against real calls of the forward operator (masked, with tiles)."""
     from safeattn import blockmask
     from safeattn._inputs import check_attention
+    from safeattn.kernels import ops  # noqa: F401  (registers the operators when run alone)
 
     q, k, v = _qkv(device, n=24)
     keep = _padding(device, n=24, pads=(0, 9))
@@ -167,7 +168,9 @@ def test_opcheck(device):
     s = blockmask.summary_for(p)
     tiles = [s.kv_full_num, s.kv_full_idx, s.kv_part_num, s.kv_part_idx,
              s.q_full_num, s.q_full_idx, s.q_part_num, s.q_part_idx]  # fmt: skip
-    for softcap in (0.0, 5.0):
-        args = (q, k, v, keep, None, None, None, tiles, False, 2, 24, 24, False, -1, 0, 0,
-                p.scale, softcap, False, s.block_q, s.block_k)  # fmt: skip
+    seed = torch.tensor([1234], dtype=torch.int64, device=device)
+    for softcap, dropout_p in ((0.0, 0.0), (5.0, 0.0), (0.0, 0.2)):
+        args = (q, k, v, keep, None, None, None, seed if dropout_p else None, tiles, False, 2,
+                24, 24, False, -1, 0, 0, p.scale, softcap, False, s.block_q, s.block_k,
+                dropout_p)  # fmt: skip
         torch.library.opcheck(torch.ops.safeattn.attn_fwd.default, args)
