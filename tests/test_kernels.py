@@ -542,21 +542,27 @@ def test_softcap_included_nonfinite_propagates(where, poison, device, on_gpu):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_softcap_large_logits_saturate(dtype, device, on_gpu):
     """Logits of 1e4..1e5 under a cap of 30: tanh saturates (its derivative underflows to
-    0 for most pairs) and every result stays finite and matches the reference, as held to
-    the error of the fp32-internal reference rounded to the same dtype."""
+    0 for most pairs) and every result stays finite and matches the reference, held to the
+    contract's rule (DESIGN.md item 6): 3x the error of PyTorch's own math in the same dtype
+    (the fp32-internal reference where that overflows). Not to the fp32-internal reference
+    rounded to the dtype: in float16 the kernel's dS is rounded to float16 before dS @ K,
+    which puts dq at 2-17x that error here (1.6e-3..3.6e-3 relative, interpreter, seeds
+    18-22), still under PyTorch's float16 math (7e-3)."""
     b, h, n, d = pick(on_gpu, (1, 2, 37, 32), (2, 4, 1000, 128))
     amp = 60.0 if dtype == torch.float16 else 300.0
     q, k, v = rand_qkv(b, h, h, n, n, d, dtype, device, seed=17, scale=amp)
     q[:, :, ::3] /= amp  # every third row of ordinary size: scores left of the knee too
-    do = torch.randn(q.shape, device=device).to(dtype)
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(18)).to(device, dtype)
     kw = dict(causal=True, return_lse=True, softcap=30.0)
     got = fwd_bwd(safeattn.attention, q, k, v, do, **kw)
     ref = fwd_bwd(reference.attention, q.double(), k.double(), v.double(), do.double(), **kw)
-    fp32 = fwd_bwd(reference.attention, q, k, v, do, **kw)
+    same = fwd_bwd(reference.attention, q, k, v, do, upcast=False, **kw)
+    if not all(torch.isfinite(t).all() for t in same):
+        same = fwd_bwd(reference.attention, q, k, v, do, **kw)
     raw = (q.double() @ k.double().transpose(-1, -2)) / math.sqrt(d)
     assert raw.abs().max() > 1e4, "the case did not produce large logits"
     assert ref[1].abs().max() < 30 + math.log(n), "the cap did not bound the LSE"
-    for name, g, r, best in zip(("out", "lse", "dq", "dk", "dv"), got, ref, fp32, strict=True):
+    for name, g, r, best in zip(("out", "lse", "dq", "dk", "dv"), got, ref, same, strict=True):
         assert torch.isfinite(g).all(), f"{name} is not finite"
         err = (g.double() - r).norm().item()
         best_err = (best.double() - r).norm().item()
