@@ -158,13 +158,8 @@ def check_window(window: Any, causal: bool) -> tuple[int, int]:
 def check_scale(scale: Any, head_dim: int) -> float:
     if scale is None:
         return 1.0 / math.sqrt(head_dim)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise error(
-            TypeError,
-            f"`scale` must be None or a Python float, got {type(scale).__name__}.",
-            {"scale": repr(scale)[:80]},
-            "pass a float such as 1 / math.sqrt(D) (use float(t) for a 0-d tensor).",
-        )
+    _require_float("scale", scale, "None or a Python float",
+                   "pass a float such as 1 / math.sqrt(D) (use float(t) for a 0-d tensor).")
     if not math.isfinite(scale):
         raise error(
             ValueError,
@@ -181,38 +176,14 @@ def check_scale(scale: Any, head_dim: int) -> float:
 SOFTCAP_RANGE = (1e-30, 1e30)
 
 
-def check_dropout(dropout_p: Any) -> float:
-    """``dropout_p``: the probability of dropping each (query, key) pair, in [0, 1)."""
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
-        raise error(
-            TypeError,
-            f"`dropout_p` must be a Python float, got {type(dropout_p).__name__}.",
-            {"dropout_p": repr(dropout_p)[:80]},
-            "pass a float such as 0.1 (0.0 = no dropout; use float(t) for a 0-d tensor).",
-        )
-    if not 0.0 <= dropout_p < 1.0:  # NaN fails too
-        raise error(
-            ValueError,
-            f"`dropout_p` must be in [0, 1), got {dropout_p!r}.",
-            {"dropout_p": repr(dropout_p)},
-            "pass the probability of dropping an attention weight, e.g. 0.1; 0.0 in eval.",
-        )
-    return float(dropout_p)
-
-
 def check_softcap(softcap: Any) -> float:
     """``softcap``: None or 0.0 = off; else the cap of ``cap * tanh(score / cap)`` -> the cap
     as a float (0.0 = off)."""
     if softcap is None:
         return 0.0
-    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
-        raise error(
-            TypeError,
-            f"`softcap` must be None or a Python float, got {type(softcap).__name__}.",
-            {"softcap": repr(softcap)[:80]},
-            "pass a float such as 50.0 (Gemma 2's attention cap), or 0.0 / None for no "
-            "soft-capping (use float(t) for a 0-d tensor).",
-        )
+    _require_float("softcap", softcap, "None or a Python float",
+                   "pass a float such as 50.0 (Gemma 2's attention cap), or 0.0 / None for no "
+                   "soft-capping (use float(t) for a 0-d tensor).")
     low, high = SOFTCAP_RANGE
     if softcap != 0 and not low <= softcap <= high:  # NaN fails every comparison
         raise error(
@@ -224,6 +195,31 @@ def check_softcap(softcap: Any) -> float:
             "None to switch soft-capping off.",
         )
     return float(softcap)
+
+
+def check_dropout(dropout_p: Any) -> float:
+    """``dropout_p``: the probability of dropping each (query, key) pair, in [0, 1)."""
+    _require_float("dropout_p", dropout_p, "a Python float",
+                   "pass a float such as 0.1 (0.0 = no dropout; use float(t) for a 0-d tensor).")
+    if not 0.0 <= dropout_p < 1.0:  # NaN fails too
+        raise error(
+            ValueError,
+            f"`dropout_p` must be in [0, 1), got {dropout_p!r}.",
+            {"dropout_p": repr(dropout_p)},
+            "pass the probability of dropping an attention weight, e.g. 0.1; 0.0 in eval.",
+        )
+    return float(dropout_p)
+
+
+def _require_float(name: str, value: Any, expected: str, hint: str) -> None:
+    """TypeError unless ``value`` is a Python int or float (a bool is not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise error(
+            TypeError,
+            f"`{name}` must be {expected}, got {type(value).__name__}.",
+            {name: repr(value)[:80]},
+            hint,
+        )
 
 
 def check_flag(name: str, value: Any) -> bool:

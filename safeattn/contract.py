@@ -131,7 +131,7 @@ def safeattn_dropout_keep(q: Tensor, k: Tensor, dropout_p: float, seed: int) -> 
 def reference_dropout_keep(q: Tensor, k: Tensor, dropout_p: float, seed: int) -> Tensor:
     """safeattn.reference's keep mask after ``torch.manual_seed(seed)`` (its one draw)."""
     with _seeded(seed, q.device):
-        return torch.rand((*q.shape[:3], k.shape[2]), device=q.device) >= dropout_p
+        return reference.draw_dropout_keep((*q.shape[:3], k.shape[2]), q.device, dropout_p)
 
 
 def _dropout_keep_of(impl: Impl) -> Callable[[Tensor, Tensor, float, int], Tensor] | None:

@@ -208,18 +208,24 @@ def _neginf_mask_rows(seed: int, dtype: torch.dtype, device: Any, size: Size) ->
     return _dense_case("neginf_mask_rows", gen, dtype, device, q, k, v, attn_mask=bias)
 
 
+def _poison_excluded(
+    gen: torch.Generator, key_mask: Tensor, k: Tensor, v: Tensor
+) -> tuple[Tensor, Tensor]:
+    """k, v (B, Hkv, Nk, D) with every entry that key_mask (B, Nk) excludes (excluded for
+    every query row) replaced by a mix of NaN, +Inf and -Inf; a clean twin keeps k, v."""
+    poison_values = torch.tensor([float("nan"), float("inf"), float("-inf")])
+    choice = torch.randint(0, 3, k.shape, generator=gen)
+    excluded = ~key_mask[:, None, :, None]
+    return (torch.where(excluded, poison_values[choice], k),
+            torch.where(excluded, poison_values[choice.flip(-1)], v))  # fmt: skip
+
+
 def _nan_in_excluded_kv(seed: int, dtype: torch.dtype, device: Any, size: Size) -> Case:
     gen = torch.Generator().manual_seed(seed)
     b, hq, hkv, nq, nk, d = (2, 4, 2, 24, 45, 24) if size == "small" else (4, 16, 4, 512, 1111, 128)
     q, k, v = _randn(gen, b, hq, nq, d), _randn(gen, b, hkv, nk, d), _randn(gen, b, hkv, nk, d)
     key_mask = _left_padding(gen, b, nk) & (torch.rand(b, nk, generator=gen) < 0.8)
-    # Poison every key/value entry that key_mask excludes (excluded for every query row) with
-    # a mix of NaN, +Inf and -Inf; the clean twin keeps the original finite values there.
-    poison_values = torch.tensor([float("nan"), float("inf"), float("-inf")])
-    choice = torch.randint(0, 3, (b, hkv, nk, d), generator=gen)
-    excluded = ~key_mask[:, None, :, None]
-    k_bad = torch.where(excluded, poison_values[choice], k)
-    v_bad = torch.where(excluded, poison_values[choice.flip(-1)], v)
+    k_bad, v_bad = _poison_excluded(gen, key_mask, k, v)
     return _dense_case(
         "nan_in_excluded_kv",
         gen,
@@ -397,11 +403,7 @@ def _dropout(seed: int, dtype: torch.dtype, device: Any, size: Size) -> Case:
     # NaN/+-Inf in the padded keys and values (a dropped-or-kept decision must never let them
     # in); the clean twin, run under the same seed, must match bitwise.
     key_mask = _left_padding(gen, b, n)
-    poison = torch.tensor([float("nan"), float("inf"), float("-inf")])
-    choice = torch.randint(0, 3, (b, hkv, n, d), generator=gen)
-    excluded = ~key_mask[:, None, :, None]
-    k_bad = torch.where(excluded, poison[choice], k)
-    v_bad = torch.where(excluded, poison[choice.flip(-1)], v)
+    k_bad, v_bad = _poison_excluded(gen, key_mask, k, v)
     return _dense_case("dropout", gen, dtype, device, q, k_bad, v_bad, clean=(q, k, v),
                        dropout_seed=seed, causal=True, key_mask=key_mask,
                        dropout_p=_pick(gen, [0.1, 0.2, 0.3]), deterministic=True)  # fmt: skip

@@ -54,6 +54,14 @@ def _lse_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def draw_dropout_keep(
+    shape: tuple[int, ...], device: torch.device | str, dropout_p: float
+) -> Tensor:
+    """The keep mask this module draws for dropout when given none: bool ``shape``
+    (B, Hq, Nq, Nk), True with probability 1 - dropout_p, from the global generator."""
+    return torch.rand(shape, device=device) >= dropout_p
+
+
 def _attend(p: AttnProblem, upcast: bool, keep: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Dense reference core -> (out (B, Hq, Nq, D) in q's dtype, lse (B, Hq, Nq)).
     ``keep``: dropout's keep mask (B, Hq, Nq, Nk) when p.dropout_p > 0 (else drawn here)."""
@@ -98,7 +106,7 @@ def _attend(p: AttnProblem, upcast: bool, keep: Tensor | None = None) -> tuple[T
     probs = weights / safe_sum
     if p.dropout_p > 0:
         if keep is None:  # a mask of this module's own: the kernels' is passes.dropout_keep
-            keep = torch.rand(probs.shape, device=probs.device) >= p.dropout_p
+            keep = draw_dropout_keep(probs.shape, probs.device, p.dropout_p)
         out = torch.where(keep, probs / (1.0 - p.dropout_p), zero) @ v
     else:
         out = probs @ v

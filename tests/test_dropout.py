@@ -16,7 +16,7 @@ import torch
 from test_kernels import assert_contract_accuracy, leaves, pick, rand_qkv
 
 import safeattn
-from safeattn import reference
+from safeattn import contract, reference
 from safeattn.kernels import ops, passes
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
@@ -59,9 +59,7 @@ def run(fn, q, k, v, do, seed: int, bias=None, **kw):
 
 def kernel_keep(q, k, seed: int) -> torch.Tensor:
     """The mask safeattn's call after torch.manual_seed(seed) uses."""
-    torch.manual_seed(seed)
-    s = ops.dropout_seed(q.device)
-    return passes.dropout_keep(s, q.shape[0], q.shape[1], q.shape[2], k.shape[2], P)
+    return contract.safeattn_dropout_keep(q, k, P, seed)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
