@@ -13,13 +13,20 @@ import os
 import sys
 
 
-def broad(kernel: str) -> list:
+def broad(kernel: str, head_dim_block: int) -> list | None:
+    """The configs to time for one kernel; at D = 256 smaller tiles and fewer stages (the
+    D = 128 grid's tiles hold 2-4x the registers and shared memory there)."""
     from safeattn.kernels.configs import KernelConfig
 
+    wide = head_dim_block >= 256
     if kernel == "forward":
         grid = itertools.product((64, 128), (32, 64, 128), (4, 8), (2, 3, 4))
+    elif kernel == "bwd_dkdv" and wide:
+        grid = itertools.product((16, 32, 64), (32, 64, 128), (4, 8), (1, 2))
     elif kernel == "bwd_dkdv":
         grid = itertools.product((32, 64), (64, 128), (4, 8), (1, 2, 3))
+    elif kernel == "bwd_dq" and wide:
+        grid = itertools.product((32, 64, 128), (16, 32, 64), (4, 8), (1, 2))
     elif kernel == "bwd_dq":
         grid = itertools.product((64, 128), (32, 64), (4, 8), (1, 2, 3))
     else:
@@ -45,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     from safeattn.kernels import configs, launch
 
     shipped = configs.candidates
-    configs.candidates = lambda k, bd, dt, *a, **kw: broad(k) or shipped(k, bd, dt, *a, **kw)
+    configs.candidates = lambda k, bd, dt, *a, **kw: broad(k, bd) or shipped(k, bd, dt, *a, **kw)
     b, h = 16384 // args.n, 2048 // args.d
     q, k, v = (
         torch.randn(b, h, args.n, args.d, device="cuda", dtype=torch.bfloat16).requires_grad_()
@@ -61,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== {key[0]} d={args.d} n={args.n} causal={args.causal}")
         for cfg, ms in ranked[:6]:
             print(f"   {cfg:<18} {ms:8.3f} ms")
+    for name, res in sorted(launch.launched_kernels().items()):
+        print(f"   launched {name}: {res}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
