@@ -94,7 +94,8 @@ def compiled_flex(dynamic: bool = False):
     raised: past it, dynamo silently falls back to an eager path that materialises the
     whole score matrix (DESIGN.md, known pitfalls), and we would time that instead. The
     speed and memory suites compile it per shape (``dynamic=False``, as users run a fixed
-    shape); numerics, whose every case has new lengths, uses ``dynamic=True``."""
+    shape); numerics, whose every case has new lengths, uses ``dynamic=True`` except with a
+    ``score_mod``, which that mode refuses (benchmarks/numerics.py)."""
     import torch
     import torch._dynamo.config as dynamo_config
     import torch._functorch.config as functorch_config

@@ -82,6 +82,12 @@ def _impl(name: str):
         from torch.nn.attention.flex_attention import create_block_mask
 
         flex = compiled_flex(dynamic=True)
+        # A score_mod (soft-capping, a float bias) is compiled per shape: with dynamic=True
+        # the compiled flex_attention rejects the tensors a score_mod captures (H100 and
+        # H200, torch 2.11: "all unwrapped values must be FakeTensor, int, or SymInt"), and
+        # these families had no FlexAttention figures; dynamic=False runs them
+        # (docs/perf/flex_score_mod_check_h100_2026-11-27.log).
+        flex_score_mod = compiled_flex(dynamic=False)
 
         def call_flex(q, k, v, mask, scale, softcap=0.0):
             batch, heads, n_q, n_k = mask.shape
@@ -105,7 +111,7 @@ def _impl(name: str):
                     device=q.device,
                 )
                 capped = (lambda score, b, h, qi, ki: cap(score)) if softcap else None
-                return flex(
+                return (flex_score_mod if softcap else flex)(
                     q,
                     k,
                     v,
@@ -119,7 +125,7 @@ def _impl(name: str):
             def add_bias(score, b, h, qi, ki):
                 return cap(score) + bias[b, h, qi, ki]
 
-            return flex(
+            return flex_score_mod(
                 q, k, v, score_mod=add_bias, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
             )
 
