@@ -37,6 +37,7 @@ from .forward import (
     _kept,
     _key_ranges,
     _list_start,
+    _rng_width,
     _scores,
     _softcap,
     _tma_store,
@@ -516,12 +517,12 @@ def _bwd_dkdv(
     # NOTE: heads in the outer loop, all of a head's query blocks inside it: the order in which
     # dK and dV sum (fixed, for deterministic=True, and the one the fp32 accuracy tests were
     # set on). Without GQA (a launch constant) there is no head loop at all.
-    rng_seed, rng_stride = 0, seq_k
+    rng_seed, rng_stride = 0, _rng_width(seq_k)
     if HAS_DROPOUT:
         rng_seed = tl.load(Seed)
     for g in tl.range(0, group if GQA else 1):
         h64 = (h_kv * group + g).to(tl.int64)
-        rng_base = (b64 * heads_kv * group + h64) * seq_q * seq_k
+        rng_base = (b64 * heads_kv * group + h64) * seq_q * rng_stride
         dk, dv = _dkdv_head(
             dk, dv, k, v,
             Q + b64 * stride_qb + h64 * stride_qh + q_off * stride_qm,
@@ -988,8 +989,8 @@ def _bwd_dq(
     km_base = KeyMask + b64 * stride_kmb
     am_base = AttnMask + b64 * stride_amb + h64 * stride_amh
     db_base = DBias + b64 * stride_dbb + h64 * stride_dbh
-    rng_seed, rng_stride = 0, seq_k
-    rng_base = (b64 * heads_q + h64) * seq_q * seq_k
+    rng_seed, rng_stride = 0, _rng_width(seq_k)
+    rng_base = (b64 * heads_q + h64) * seq_q * rng_stride
     if HAS_DROPOUT:
         rng_seed = tl.load(Seed)
 

@@ -41,6 +41,11 @@ C = KernelConfig
 # Best-first lists for 2-byte dtypes, per head-dim bucket (16 and 32 share the 32 list).
 # Order from tools/config_sweep.py on an H200 (bf16, N=4096, D=64 and 128, 2026-11-21):
 # e.g. dK/dV at D=128 ran 2.27 ms with M64-N64-w4-s1 against 2.60 ms with M64-N64-w4-s2.
+# The D=256 backward lists from its own sweep (H100, bf16, N=4096, causal and not, 2026-11-27,
+# docs/perf/config_sweep_d256_h100_164348c_2026-11-27.log): causal dK/dV 2.15 ms with
+# M64-N32-w4-s2 against 3.52 ms with M32-N32-w4-s1, the best of the lists before; dQ 0.97-0.99
+# ms against 1.14 ms with M64-N32-w4-s1. The small tiles stay last, for GPUs with less
+# shared memory.
 _HALF: dict[str, dict[int, list[KernelConfig]]] = {
     "forward": {
         32: [C(128, 64, 4, 3), C(128, 128, 4, 3), C(64, 64, 4, 3)],
@@ -52,13 +57,13 @@ _HALF: dict[str, dict[int, list[KernelConfig]]] = {
         32: [C(32, 128, 4, 3), C(64, 64, 4, 3), C(32, 64, 4, 2)],
         64: [C(32, 128, 4, 3), C(64, 64, 4, 3), C(32, 64, 4, 2)],
         128: [C(64, 64, 4, 1), C(32, 64, 4, 3), C(64, 128, 8, 1), C(64, 128, 8, 2)],
-        256: [C(32, 64, 4, 1), C(32, 32, 4, 1), C(16, 32, 4, 1)],
+        256: [C(64, 32, 4, 2), C(64, 64, 8, 2), C(32, 32, 4, 2), C(32, 32, 4, 1)],
     },
     "bwd_dq": {
         32: [C(128, 64, 4, 3), C(64, 32, 4, 3), C(64, 64, 4, 2)],
         64: [C(128, 64, 4, 3), C(64, 32, 4, 3), C(64, 64, 4, 2)],
         128: [C(128, 64, 8, 3), C(64, 64, 4, 2), C(64, 32, 4, 3), C(128, 32, 4, 3)],
-        256: [C(64, 32, 4, 1), C(32, 32, 4, 1), C(32, 16, 4, 1)],
+        256: [C(64, 64, 4, 2), C(128, 64, 8, 1), C(64, 32, 4, 1), C(32, 32, 4, 1)],
     },
     "bwd_preprocess": {32: [C(128, 16, 4, 1)], 64: [C(128, 16, 4, 1)], 128: [C(64, 16, 4, 1)],
                        256: [C(32, 16, 4, 1)]},
@@ -123,6 +128,17 @@ _SMEM_NEEDED: dict[tuple[str, int, bool, bool, KernelConfig], int] = {
     ("forward", 128, False, True, C(128, 64, 8, 3)): 114_688,
     ("bwd_dkdv", 128, False, True, C(64, 128, 8, 2)): 107_264,
     ("bwd_dq", 128, False, True, C(128, 32, 4, 3)): 102_400,
+    # The D=256 backward's larger tiles (2026-11-27): the audit (triton 3.9) found them over
+    # sm86/89's limit, and dQ M128-N64-w8-s1 over sm80's; dQ M64-N64-w4-s2 compiled to
+    # 196,608 bytes with triton 3.6 on the H100 (139,264-147,456 with 3.9), taken as its need.
+    **{(kernel, 256, False, masked, cfg): need
+       for kernel, cfg, need in (
+           ("bwd_dkdv", C(64, 32, 4, 2), 102_912),
+           ("bwd_dkdv", C(64, 64, 8, 2), 139_776),
+           ("bwd_dq", C(64, 64, 4, 2), 196_608),
+           ("bwd_dq", C(128, 64, 8, 1), 196_608),
+       )
+       for masked in (False, True)},
 }  # fmt: skip
 # Dropout (HAS_DROPOUT) adds its Philox tile to the forward's shared memory: the configs the
 # audit found over sm80's or sm86/89's limit with it (triton 3.9, 2026-11-27, block-mask
