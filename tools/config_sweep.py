@@ -1,7 +1,12 @@
 """Time a broad set of block configs per kernel on one shape (GPU only), to choose the
 shipped candidate lists in ``safeattn/kernels/configs.py``. Not an asv suite.
 
-    python tools/config_sweep.py --d 128 --n 4096 [--causal]
+    python tools/config_sweep.py --d 128 --n 4096 [--causal] [--path portable|hopper]
+
+``--path``: which kernels' configs are timed. ``auto`` (default) is what a call takes (on an
+sm90 GPU: the Hopper path's forward, and its backward up to D = 128); ``portable`` and
+``hopper`` set ``SAFEATTN_TMA`` to 0 / 1, e.g. to sweep the Hopper path's backward kernels,
+which share the portable lists until a sweep of their own chooses theirs.
 """
 
 from __future__ import annotations
@@ -11,6 +16,9 @@ import itertools
 import json
 import os
 import sys
+
+# --path: the SAFEATTN_TMA setting (safeattn/kernels/hopper.py) of each choice.
+PATHS = {"auto": "auto", "portable": "0", "hopper": "1"}
 
 
 def broad(kernel: str, head_dim_block: int) -> list | None:
@@ -35,12 +43,16 @@ def broad(kernel: str, head_dim_block: int) -> list | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--d", type=int, default=128)
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--path", choices=sorted(PATHS), default="auto")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
+    os.environ["SAFEATTN_TMA"] = PATHS[args.path]
 
     # Time every config afresh: no tuning table, no persisted choice (and none persisted).
     os.environ.update(
@@ -65,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     for key, timings in launch.tuning_timings().items():
         ranked = sorted(timings, key=lambda x: x[1])
         report[key[0]] = ranked
-        print(f"== {key[0]} d={args.d} n={args.n} causal={args.causal}")
+        print(f"== {key[0]} d={args.d} n={args.n} causal={args.causal} path={args.path}")
         for cfg, ms in ranked[:6]:
             print(f"   {cfg:<18} {ms:8.3f} ms")
     for name, res in sorted(launch.launched_kernels().items()):
