@@ -1,9 +1,10 @@
 """Why NumericsSuite has no FlexAttention figures on the score_mod families (GPU only).
 
 Runs ``contract.rates`` on ``softcap``, ``trainable_bias`` and ``neginf_mask_rows`` (one trial,
-the families' "gpu" size, bf16) with benchmarks/numerics.py's FlexAttention adapter, once
-compiled with ``dynamic=True`` (what the suite uses) and once with ``dynamic=False``, and
-prints the rates or the first line of the error.
+the families' "gpu" size, bf16) with benchmarks/numerics.py's FlexAttention adapter, every
+call of it compiled once with ``dynamic=True`` (what the suite used for these families before
+3b78014) and once with ``dynamic=False`` (what it uses since), and prints the rates or the
+first line of the error.
 
     python docs/perf/flex_score_mod_check.py
 """
