@@ -2,11 +2,17 @@
 shipped candidate lists in ``safeattn/kernels/configs.py``. Not an asv suite.
 
     python tools/config_sweep.py --d 128 --n 4096 [--causal] [--path portable|hopper]
+                                 [--kernels bwd_dkdv,bwd_dq]
 
 ``--path``: which kernels' configs are timed. ``auto`` (default) is what a call takes (on an
 sm90 GPU: the Hopper path's forward, and its backward up to D = 128); ``portable`` and
 ``hopper`` set ``SAFEATTN_TMA`` to 0 / 1, e.g. to sweep the Hopper path's backward kernels,
-which share the portable lists until a sweep of their own chooses theirs.
+which share the portable lists until a sweep of their own chooses theirs. On the Hopper
+path the backward grids add a fourth stage: TMA loads pipeline through shared memory instead of
+holding addresses in registers, so deeper pipelines are affordable there.
+
+``--kernels``: sweep only these kernels (the others launch their first shipped config that
+fits), so that a sweep of the backward does not spend minutes compiling forward configs.
 """
 
 from __future__ import annotations
@@ -21,22 +27,24 @@ import sys
 PATHS = {"auto": "auto", "portable": "0", "hopper": "1"}
 
 
-def broad(kernel: str, head_dim_block: int) -> list | None:
+def broad(kernel: str, head_dim_block: int, tma: bool = False) -> list | None:
     """The configs to time for one kernel; at D = 256 smaller tiles and fewer stages (the
-    D = 128 grid's tiles hold 2-4x the registers and shared memory there)."""
+    D = 128 grid's tiles hold 2-4x the registers and shared memory there); ``tma``: the
+    Hopper path, whose backward grids go to 4 stages."""
     from safeattn.kernels.configs import KernelConfig
 
     wide = head_dim_block >= 256
+    stages = (1, 2, 3, 4) if tma else (1, 2, 3)
     if kernel == "forward":
         grid = itertools.product((64, 128), (32, 64, 128), (4, 8), (2, 3, 4))
     elif kernel == "bwd_dkdv" and wide:
         grid = itertools.product((16, 32, 64), (32, 64, 128), (4, 8), (1, 2))
     elif kernel == "bwd_dkdv":
-        grid = itertools.product((32, 64), (64, 128), (4, 8), (1, 2, 3))
+        grid = itertools.product((32, 64), (64, 128), (4, 8), stages)
     elif kernel == "bwd_dq" and wide:
         grid = itertools.product((32, 64, 128), (16, 32, 64), (4, 8), (1, 2))
     elif kernel == "bwd_dq":
-        grid = itertools.product((64, 128), (32, 64), (4, 8), (1, 2, 3))
+        grid = itertools.product((64, 128), (32, 64), (4, 8), stages)
     else:
         return None
     return [KernelConfig(*c) for c in grid]
@@ -50,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--path", choices=sorted(PATHS), default="auto")
+    ap.add_argument("--kernels", help="comma-separated kernels to sweep (default: all)")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     os.environ["SAFEATTN_TMA"] = PATHS[args.path]
@@ -63,8 +72,20 @@ def main(argv: list[str] | None = None) -> int:
     import safeattn
     from safeattn.kernels import configs, launch
 
+    swept = set(args.kernels.split(",")) if args.kernels else set(configs.KERNELS)
+    if unknown := swept - set(configs.KERNELS):
+        ap.error(f"--kernels: unknown {sorted(unknown)}; known: {', '.join(configs.KERNELS)}")
     shipped = configs.candidates
-    configs.candidates = lambda k, bd, dt, *a, **kw: broad(k, bd) or shipped(k, bd, dt, *a, **kw)
+
+    def sweep_candidates(
+        kernel, bd, dtype, smem_limit=None, masked=False, tma=False, dropout=False
+    ):  # configs.candidates' signature: launch passes its arguments by position
+        if kernel in swept and (grid := broad(kernel, bd, tma)):
+            return grid
+        listed = shipped(kernel, bd, dtype, smem_limit, masked, tma, dropout)
+        return listed if kernel in swept else listed[:1]
+
+    configs.candidates = sweep_candidates
     b, h = 16384 // args.n, 2048 // args.d
     q, k, v = (
         torch.randn(b, h, args.n, args.d, device="cuda", dtype=torch.bfloat16).requires_grad_()
