@@ -86,19 +86,17 @@ def test_use_tma_decision(monkeypatch):
     assert not hopper.use_tma(False, cpu, t, t)
 
 
-def test_the_backward_takes_the_path_up_to_its_head_dim_limit(monkeypatch):
-    """Automatically only up to ``BACKWARD_MAX_HEAD_DIM`` (slower at D=256 on an H100);
-    ``SAFEATTN_TMA=1`` still forces it."""
+def test_the_path_is_taken_at_every_head_dim(monkeypatch):
+    """Automatically on sm90 for D=128 and D=256 alike (the backward's D=256 limit is gone:
+    with the D=256 sweep's configs its Hopper backward is the faster one)."""
     monkeypatch.setattr(hopper, "_capability", lambda index: (9, 0))
     cuda = torch.device("cuda", 0)
-    small, large = (torch.zeros(1, 2, 64, d, dtype=torch.bfloat16) for d in (128, 256))
-    limit = hopper.BACKWARD_MAX_HEAD_DIM
     monkeypatch.setenv(hopper.ENV, "auto")
-    assert hopper.use_tma(False, cuda, small, small, max_head_dim=limit)
-    assert not hopper.use_tma(False, cuda, large, large, max_head_dim=limit)
-    assert hopper.use_tma(False, cuda, large, large)  # the forward: no limit
-    monkeypatch.setenv(hopper.ENV, "1")
-    assert hopper.use_tma(False, cuda, large, large, max_head_dim=limit)
+    for d in (64, 128, 256):
+        t = torch.zeros(1, 2, 64, d, dtype=torch.bfloat16)
+        assert hopper.use_tma(False, cuda, t, t)
+    monkeypatch.setattr(hopper, "_capability", lambda index: (8, 0))
+    assert not hopper.use_tma(False, cuda, t, t)  # auto: not on sm80
 
 
 def test_the_path_has_its_own_configs_and_tune_keys():
@@ -106,8 +104,11 @@ def test_the_path_has_its_own_configs_and_tune_keys():
         tma = configs.candidates("forward", bucket, torch.bfloat16, tma=True)
         assert tma and tma == configs._HOPPER_FORWARD[bucket]
         assert all(configs.keep(c, "forward", bucket) for c in tma)
-    for kernel in ("bwd_dkdv", "bwd_dq"):  # the portable lists, until a Hopper sweep
-        assert configs.candidates(kernel, 128, torch.bfloat16, tma=True) == configs.candidates(
+    for kernel in ("bwd_dkdv", "bwd_dq"):  # their own lists from the Hopper sweep
+        for bucket in (32, 64, 128, 256):
+            tma = configs.candidates(kernel, bucket, torch.bfloat16, tma=True)
+            assert tma and tma == configs._HOPPER_BACKWARD[kernel][bucket]
+        assert configs.candidates(kernel, 128, torch.bfloat16, tma=True) != configs.candidates(
             kernel, 128, torch.bfloat16
         )
     with pytest.raises(ValueError, match="no bwd_preprocess configs"):

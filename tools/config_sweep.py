@@ -5,9 +5,9 @@ shipped candidate lists in ``safeattn/kernels/configs.py``. Not an asv suite.
                                  [--kernels bwd_dkdv,bwd_dq]
 
 ``--path``: which kernels' configs are timed. ``auto`` (default) is what a call takes (on an
-sm90 GPU: the Hopper path's forward, and its backward up to D = 128); ``portable`` and
-``hopper`` set ``SAFEATTN_TMA`` to 0 / 1, e.g. to sweep the Hopper path's backward kernels,
-which share the portable lists until a sweep of their own chooses theirs. On the Hopper
+sm90 GPU: the Hopper path's forward and backward); ``portable`` and
+``hopper`` set ``SAFEATTN_TMA`` to 0 / 1, e.g. to sweep the Hopper path's backward kernels
+(``configs._HOPPER_BACKWARD``) apart from the portable ones. On the Hopper
 path the backward grids add a fourth stage: TMA loads pipeline through shared memory instead of
 holding addresses in registers, so deeper pipelines are affordable there.
 

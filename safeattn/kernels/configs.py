@@ -80,6 +80,20 @@ _HOPPER_FORWARD: dict[int, list[KernelConfig]] = {
     256: [C(128, 64, 8, 2), C(128, 32, 8, 2), C(64, 64, 4, 2)],
 }  # fmt: skip
 
+# The Hopper path's backward kernels, from their own sweep (tools/config_sweep.py --path hopper,
+# H100, bf16, triton 3.6, 2026-11-27, docs/perf/config_sweep_hopper_bwd_h100_2026-11-27.log).
+# D=128: dQ M64-N64-w4-s2 ran 2.51 / 1.36 ms (non-causal / causal, N=8192) against 2.56 /
+# 1.44 with M128-N64-w8-s3, the portable list's choice. dK/dV keeps M32-N64-w4-s3 (4.31 /
+# 2.21 ms, 0 spills): M64-N64-w4-s2 ran 3.84 / 2.16 ms but spills 128 B per thread, and
+# M64-N128-w8-s2, which the tuner took for the left-padded causal shape, spills too (16 B) and
+# made that shape's backward slower than the portable path's. The other head dims' sweeps (D=64,
+# D=256 causal) chose configs the portable lists already hold first or second.
+_HOPPER_BACKWARD: dict[str, dict[int, list[KernelConfig]]] = {
+    "bwd_dkdv": {**_HALF["bwd_dkdv"], 128: [C(32, 64, 4, 3), C(32, 64, 4, 4)]},
+    "bwd_dq": {**_HALF["bwd_dq"],
+               128: [C(64, 64, 4, 2), C(128, 64, 8, 4), C(128, 64, 8, 3), C(64, 32, 4, 3)]},
+}  # fmt: skip
+
 # fp32 (IEEE) tiles take twice the bytes and registers: smaller blocks.
 _FP32: dict[str, dict[int, list[KernelConfig]]] = {
     "forward": {
@@ -184,16 +198,19 @@ def candidates(
     ``smem_limit`` (the GPU's opt-in shared memory per block, bytes) drops the configs known
     to need more (:data:`_SMEM_NEEDED`); None keeps every config. ``masked``: the block-mask
     variant (a key_mask or attn_mask), which needs more shared memory for some configs.
-    ``tma``: the Hopper path (fp16/bf16 only): :data:`_HOPPER_FORWARD` for the forward, the
-    portable lists for the backward kernels (no Hopper sweep of them yet). ``dropout``:
+    ``tma``: the Hopper path (fp16/bf16 only): :data:`_HOPPER_FORWARD` and
+    :data:`_HOPPER_BACKWARD`. ``dropout``:
     the HAS_DROPOUT specialisation, which needs more shared memory for some forward configs.
     """
     fp32 = dtype == torch.float32
     bucket = _bucket(head_dim_block)
     if tma and (kernel == "bwd_preprocess" or fp32):
         raise ValueError(f"safeattn: the Hopper path has no {kernel} configs for {dtype}")
-    table = _FP32 if fp32 else _HALF
-    listed = _HOPPER_FORWARD[bucket] if tma and kernel == "forward" else table[kernel][bucket]
+    if tma:
+        table = {"forward": _HOPPER_FORWARD, **_HOPPER_BACKWARD}
+    else:
+        table = _FP32 if fp32 else _HALF
+    listed = table[kernel][bucket]
 
     def need(c: KernelConfig) -> int:
         plain = _SMEM_NEEDED.get((kernel, bucket, fp32, masked, c), 0)

@@ -19,7 +19,10 @@ capability 9.x for fp16/bf16, not varlen, and only for tensors TMA can address: 
 along D, 16-byte-aligned base and strides. ``SAFEATTN_TMA=0`` never; ``SAFEATTN_TMA=1``
 wherever the layout allows, the CPU interpreter included (tests). The path has its own
 config table (``configs.candidates(..., tma=True)``) and its own tune keys (flag ``tma``).
-The backward takes it automatically only up to :data:`BACKWARD_MAX_HEAD_DIM`.
+The forward and the backward take it at every head dim: at D=256 the backward through
+descriptors was 0.68x the portable one's speed with the old D=256 configs (it spilled 1,112 B
+per thread in dK/dV), and with the configs from the D=256 sweep it is 1.05-1.06x faster forward
++ backward (H100, three runs, docs/perf/hopper_ab_h100_d256_2026-11-27.log).
 """
 
 from __future__ import annotations
@@ -32,10 +35,6 @@ import torch
 ENV = "SAFEATTN_TMA"
 _SETTINGS = ("auto", "0", "1")
 _ALIGN = 16  # bytes: TMA's alignment for the global base address and every non-unit stride
-# Measured on an H100 (docs/perf/hopper_ab_h100_backward_2026-11-27.log): at D=256 the
-# backward through descriptors spills 1,112 B per thread in dK/dV (the portable one 0) and
-# its forward + backward ran at 0.68x the portable path's; at D <= 128 it ran 1.02-1.11x.
-BACKWARD_MAX_HEAD_DIM = 128
 
 
 def setting() -> str:
@@ -86,17 +85,14 @@ def addressable(t: torch.Tensor) -> bool:
     )
 
 
-def use_tma(
-    varlen: bool, device: torch.device, *tensors: torch.Tensor, max_head_dim: int | None = None
-) -> bool:
+def use_tma(varlen: bool, device: torch.device, *tensors: torch.Tensor) -> bool:
     """Should the kernel over these (B, H, N, D) tensors take the Hopper path? See the module
-    docstring; ``max_head_dim``: the largest D the automatic choice takes (``1`` ignores it).
-    Raises ValueError for a bad ``SAFEATTN_TMA``."""
+    docstring. Raises ValueError for a bad ``SAFEATTN_TMA``."""
     mode = setting()
     if mode == "0" or varlen:
         return False
     if mode == "auto":
-        if device.type != "cuda" or tensors[0].shape[-1] > (max_head_dim or tensors[0].shape[-1]):
+        if device.type != "cuda":
             return False
         index = device.index if device.index is not None else torch.cuda.current_device()
         if not applies(_capability(index), tensors[0].dtype):

@@ -368,7 +368,8 @@ def _choose(name, fn, grid, args_of, meta, dtype, device, key, gpu_names, extra)
         else []
     )
     best = fitting[configs.pick(times)] if times else fitting[0]  # near-ties: earlier wins
-    timings = [(str(c), t) for c, t in zip(fitting, times, strict=True)]
+    # One fitting candidate is launched untimed: no timings to zip.
+    timings = [(str(c), t) for c, t in zip(fitting, times, strict=True)] if times else []
     where = tuning.persist(gpu_names[0], text, str(best), timings)
     tuning.log.info(
         "tuned %s on %s: %s -> %s; persisted to %s", text, gpu_names[0],

@@ -187,10 +187,7 @@ def backward(
     common = (meta.scale * _LOG2E, meta.scale, meta.softcap, meta.dropout_p)
     seed = _seed(seed, meta, q)
     # The Hopper path (kernels/hopper.py) for both kernels: its own tune keys.
-    tma = hopper.use_tma(
-        meta.varlen, q.device, q, k, v, dout, dq, dk, dv,
-        max_head_dim=hopper.BACKWARD_MAX_HEAD_DIM,
-    )  # fmt: skip
+    tma = hopper.use_tma(meta.varlen, q.device, q, k, v, dout, dq, dk, dv)
     meta = dataclasses.replace(meta, tma=tma, dbias=db is not None)
     bd = configs.block_d(meta.head_dim)
 
