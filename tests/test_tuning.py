@@ -186,6 +186,16 @@ def test_a_miss_is_tuned_persisted_and_reused_by_the_next_process(gpu, caplog):
     assert gpu.kernel.compiled == []
 
 
+def test_one_fitting_candidate_is_launched_untimed(gpu, caplog):
+    """Every other candidate over the shared-memory limit: the one that fits launches
+    without timing (this crashed the tuner once: no timings to pair with the configs)."""
+    too_big = {c: LIMIT + 1 for c in CANDIDATES[1:]}
+    with caplog.at_level(logging.INFO, logger="safeattn.tuning"):
+        assert run_forward(gpu, kernel=FakeKernel(shared=too_big)) == CANDIDATES[0]
+    assert gpu.timed == [] and source_of() == "tuned"
+    assert "one candidate fits" in caplog.text
+
+
 def test_the_table_wins_over_the_cache(gpu):
     write_table(gpu.cache / f"{GPU}.json", {key_of(): CANDIDATES[1]})
     write_table(gpu.tables / f"{GPU}.json", {key_of(): CANDIDATES[3]})
