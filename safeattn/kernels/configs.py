@@ -85,9 +85,9 @@ _HOPPER_FORWARD: dict[int, list[KernelConfig]] = {
 # D=128: dQ M64-N64-w4-s2 ran 2.51 / 1.36 ms (non-causal / causal, N=8192) against 2.56 /
 # 1.44 with M128-N64-w8-s3, the portable list's choice. dK/dV keeps M32-N64-w4-s3 (4.31 /
 # 2.21 ms, 0 spills): M64-N64-w4-s2 ran 3.84 / 2.16 ms but spills 128 B per thread, and
-# M64-N128-w8-s2, which the tuner took for the left-padded causal shape, spills too (16 B) and
-# made that shape's backward slower than the portable path's. The other head dims' sweeps (D=64,
-# D=256 causal) chose configs the portable lists already hold first or second.
+# M64-N128-w8-s2, which the tuner once took for the left-padded causal shape, spills too
+# (16 B). The other head dims' sweeps (D=64, D=256 causal) chose configs the portable lists
+# already hold first or second.
 _HOPPER_BACKWARD: dict[str, dict[int, list[KernelConfig]]] = {
     "bwd_dkdv": {**_HALF["bwd_dkdv"], 128: [C(32, 64, 4, 3), C(32, 64, 4, 4)]},
     "bwd_dq": {**_HALF["bwd_dq"],
