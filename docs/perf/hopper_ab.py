@@ -5,7 +5,8 @@ of SDPA's cuDNN backend and of compiled FlexAttention, and the forward + backwar
 (the switch chooses the path of the forward and of both backward kernels). Times are medians of
 ``triton.testing.do_bench`` (L2 flushed before each call), one process, the same inputs for
 every implementation. Also: each launched kernel's config, registers and spills per path,
-and the largest difference between the two paths' outputs.
+the largest difference between the two paths' outputs, and any other process on the GPU at
+the start and the end (``nvidia-smi``).
 
     python docs/perf/hopper_ab.py [--json out.json] [--only LABEL-PART]
     python docs/perf/hopper_ab.py --table LOG...    # the table again from logs, no GPU
@@ -17,6 +18,7 @@ import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 
 import torch
@@ -169,6 +171,22 @@ def table(times: dict[str, dict[str, tuple[float, float]]]) -> str:
     return "\n".join(lines)
 
 
+def other_gpu_processes() -> str:
+    """The other processes holding a CUDA context on the GPUs (``nvidia-smi``), for the log:
+    a timing taken beside another process's kernels is noise (a test run cut by its time
+    limit can leave its workers running)."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
+             "--format=csv,noheader"], capture_output=True, text=True, timeout=30, check=True,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"unknown ({exc})"
+    others = [line.strip() for line in out.splitlines()
+              if line.strip() and line.split(",")[0].strip() != str(os.getpid())]  # fmt: skip
+    return "; ".join(others) or "none"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
@@ -181,8 +199,10 @@ def main() -> int:
         return 0
     print(f"# {torch.cuda.get_device_name()} torch {torch.__version__} triton "
           f"{triton.__version__} cudnn {torch.backends.cudnn.version()}", flush=True)  # fmt: skip
+    print(f"# other processes on the GPU at the start: {other_gpu_processes()}", flush=True)
     flex = compiled_flex()
     rows = [measure(flex, *shape) for shape in SHAPES if (args.only or "") in shape[0]]
+    print(f"# other processes on the GPU at the end: {other_gpu_processes()}", flush=True)
     times = {r["shape"]: {k: (v["fwd_ms"], v["fwd_bwd_ms"]) for k, v in r.items()
                           if isinstance(v, dict) and "fwd_ms" in v} for r in rows}  # fmt: skip
     print("\n" + table(times))
