@@ -93,6 +93,7 @@ _HOPPER_BACKWARD: dict[str, dict[int, list[KernelConfig]]] = {
     "bwd_dq": {**_HALF["bwd_dq"],
                128: [C(64, 64, 4, 2), C(128, 64, 8, 4), C(128, 64, 8, 3), C(64, 32, 4, 3)]},
 }  # fmt: skip
+_HOPPER: dict[str, dict[int, list[KernelConfig]]] = {"forward": _HOPPER_FORWARD, **_HOPPER_BACKWARD}
 
 # fp32 (IEEE) tiles take twice the bytes and registers: smaller blocks.
 _FP32: dict[str, dict[int, list[KernelConfig]]] = {
@@ -206,11 +207,7 @@ def candidates(
     bucket = _bucket(head_dim_block)
     if tma and (kernel == "bwd_preprocess" or fp32):
         raise ValueError(f"safeattn: the Hopper path has no {kernel} configs for {dtype}")
-    if tma:
-        table = {"forward": _HOPPER_FORWARD, **_HOPPER_BACKWARD}
-    else:
-        table = _FP32 if fp32 else _HALF
-    listed = table[kernel][bucket]
+    listed = (_HOPPER if tma else _FP32 if fp32 else _HALF)[kernel][bucket]
 
     def need(c: KernelConfig) -> int:
         plain = _SMEM_NEEDED.get((kernel, bucket, fp32, masked, c), 0)
