@@ -2,9 +2,10 @@
 the portable kernels compute, forward and backward.
 
 CPU: ``SAFEATTN_TMA=1`` forces the path under the interpreter, where both paths run the
-same 32x16 blocks: the outputs must be equal bit for bit, poisoned inputs and empty rows
-included, and the contract checks of test_kernels must hold on it. ``--gpu`` (an sm90 GPU
-takes the path by default): both paths against the fp64 reference at realistic sizes, and
+same 32x16 blocks: the outputs must be equal bit for bit with the dK/dV fold off
+(``hopper.fold_lse``) and close with it on, poisoned inputs and empty rows included, and
+the contract checks of test_kernels must hold on it. ``--gpu`` (an sm90 GPU takes the path
+by default): both paths against the fp64 reference at realistic sizes, and
 the launched forward kernel's registers and spills.
 """
 
@@ -167,25 +168,44 @@ def _case(name, dtype, device, on_gpu, d):
 @pytest.mark.parametrize("dtype", HALF, ids=HALF_IDS)
 @pytest.mark.parametrize("name", list(CASES))
 def test_the_paths_agree(name, dtype, d, device, on_gpu, monkeypatch):
-    """Interpreter: bit for bit (the same blocks, only the addressing differs), with NaN in
-    excluded and in attended keys. GPU: both paths within the contract's accuracy."""
+    """Interpreter: bit for bit (the same blocks, only the addressing differs) with the dK/dV
+    fold off, with NaN in excluded and in attended keys; with the fold on (the path's
+    default, hopper.fold_lse) dK and dV round differently but agree closely, with the same
+    NaN and Inf entries. GPU: both paths within the contract's accuracy."""
     q, k, v, kw = _case(name, dtype, device, on_gpu, d)
     if on_gpu:
         for mode in ("0", "1"):
             monkeypatch.setenv(hopper.ENV, mode)
             check_against_reference(q, k, v, **kw)
         return
-    portable = _fwd_bwd(q, k, v, "0", monkeypatch, **kw)
-    tma = _fwd_bwd(q, k, v, "1", monkeypatch, **kw)
-    for a, b in zip(portable, tma, strict=True):
-        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
     # Poison: NaN in one key/value row; with a key mask, in a padding key (excluded) too.
     k2, v2 = k.clone(), v.clone()
     k2[0, :, 7], v2[-1, :, 11] = math.nan, math.inf
-    portable = _fwd_bwd(q, k2, v2, "0", monkeypatch, **kw)
-    tma = _fwd_bwd(q, k2, v2, "1", monkeypatch, **kw)
-    for a, b in zip(portable, tma, strict=True):
-        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+    for kk, vv in ((k, v), (k2, v2)):
+        portable = _fwd_bwd(q, kk, vv, "0", monkeypatch, **kw)
+        folded = _fwd_bwd(q, kk, vv, "1", monkeypatch, **kw)
+        with monkeypatch.context() as m:
+            m.setattr(hopper, "fold_lse", lambda *args: False)
+            tma = _fwd_bwd(q, kk, vv, "1", monkeypatch, **kw)
+        names = ("out", "lse", "dq", "dk", "dv")
+        for name, a, b, c in zip(names, portable, tma, folded, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+            for kind in ("isfinite", "isnan", "isposinf"):
+                differ = getattr(a, kind)() != getattr(c, kind)()
+                assert not differ.any(), f"{name} {kind}: {differ.nonzero()[:4].tolist()} " \
+                    f"portable {a[differ][:4].tolist()} folded {c[differ][:4].tolist()}"
+            fin = a.isfinite()
+            torch.testing.assert_close(c[fin], a[fin], rtol=2e-2, atol=2e-3)
+
+
+@pytest.mark.parametrize("scale", [0.0, -0.3])
+def test_the_dkdv_fold_keeps_any_scale(scale, device, on_gpu, monkeypatch):
+    """The fold divides the LSE by the scale: scale 0 takes the unfolded dK/dV (a uniform
+    softmax, not exp2(-inf)), and a negative scale folds with its sign."""
+    assert hopper.fold_lse(scale, True, 64) is (scale != 0)
+    monkeypatch.setenv(hopper.ENV, "1")
+    q, k, v, kw = _case("causal", torch.float16, device, on_gpu, 32)
+    check_against_reference(q, k, v, scale=scale, **kw)
 
 
 def test_the_kernels_read_through_the_descriptors(device, monkeypatch):

@@ -186,6 +186,7 @@ def _dkdv_step(
     rng_stride,
     dropout_p,
     HAS_DROPOUT: tl.constexpr,
+    FOLD_LSE: tl.constexpr,
 ):
     """One query block [start_m, start_m + BLOCK_M) into dK, dV. MASKED=False is the plain
     path: every pair of the block may attend and every row and key is in range. USE_TMA:
@@ -223,10 +224,27 @@ def _dkdv_step(
         lse2 = tl.load(lse_base + offs_m * stride_lm)
         delta = tl.load(delta_base + offs_m * stride_lm)
     lse2 = tl.where(lse2 == float("-inf"), float("inf"), lse2)
-    sT = _scores(k, q, DOT_PRECISION, UPCAST_DOT) * qk_scale
+    # NOTE: register budget — the LSE and delta vary along the columns of these transposed
+    # tiles, so each broadcast costs a thread as many registers as it holds columns (16 of a
+    # 64-wide tile): enough to spill the 64x64 tiles at D=128 (256 B per thread, 255
+    # registers on sm90). Folded in, they start the dots' accumulators instead of staying
+    # live: s·c - lse2 = (s - lse2/c)·c. FOLD_LSE: only where the launcher turns it on, never
+    # for scale 0; the LSE also stays apart with soft-capping (its tanh needs the plain
+    # scores), delta under dropout (dP is masked and rescaled before delta meets it).
+    FOLD: tl.constexpr = FOLD_LSE and not HAS_SOFTCAP
+    FOLD_DELTA: tl.constexpr = FOLD_LSE and not HAS_DROPOUT
+    if FOLD:
+        sT = _scores_plus(k, q, lse2 * (-1.0 / qk_scale), DOT_PRECISION, UPCAST_DOT) * qk_scale
+    else:
+        sT = _scores(k, q, DOT_PRECISION, UPCAST_DOT) * qk_scale
     if HAS_SOFTCAP:
         # NOTE: soft-capping (forward.py): P from the capped scores, as the forward saw them.
         sT, tT = _softcap(sT, softcap)
+    if not FOLD:
+        # Before the mask, as the fold does: an excluded pair's P is exactly 0 even where
+        # the row's LSE is NaN (a row that attends a NaN key adds NaN only to the keys it
+        # attends), on both paths alike.
+        sT = sT - lse2[None, :]
     if MASKED:
         allowed, bias = _allowed_pairs(
             offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
@@ -240,7 +258,7 @@ def _dkdv_step(
     elif MASK_KIND == 2:
         # NOTE: full tiles of an additive mask (forward.py): the bias applies unselected.
         sT = sT + tl.trans(_bias_tile(am_base, offs_m, offs_n, stride_amm, stride_amn))
-    pT = tl.math.exp2(sT - lse2[None, :])
+    pT = tl.math.exp2(sT)
     pT_v = pT
     if HAS_DROPOUT:
         # NOTE: dropout (forward.py): the forward's mask, transposed; dV is scaled at the end.
@@ -248,13 +266,15 @@ def _dkdv_step(
         pT_v = tl.where(keptT, pT, 0.0)
     if UPCAST_DOT == 2:
         dv = tl.dot(pT_v, do.to(tl.float32), dv, input_precision=DOT_PRECISION)
-        dpT = tl.dot(v.to(tl.float32), tl.trans(do.to(tl.float32)), input_precision=DOT_PRECISION)
     else:
         dv = tl.dot(pT_v.to(do.dtype), do, dv, input_precision=DOT_PRECISION)
-        dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
-    if HAS_DROPOUT:
-        dpT = tl.where(keptT, dpT * (1.0 / (1.0 - dropout_p)), 0.0)
-    dsT = pT * (dpT - delta[None, :])
+    if FOLD_DELTA:
+        dsT = pT * _scores_plus(v, do, -delta, DOT_PRECISION, UPCAST_DOT)
+    else:
+        dpT = _scores(v, do, DOT_PRECISION, UPCAST_DOT)
+        if HAS_DROPOUT:
+            dpT = tl.where(keptT, dpT * (1.0 / (1.0 - dropout_p)), 0.0)
+        dsT = pT * (dpT - delta[None, :])
     if HAS_SOFTCAP:
         # d(cap·tanh(x/cap))/dx = 1 - tanh²: dS of the raw scores, before the where below
         # (an excluded pair's tanh may be NaN; the where selects 0 there).
@@ -266,6 +286,17 @@ def _dkdv_step(
     else:
         dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=DOT_PRECISION)
     return dk, dv
+
+
+@triton.jit
+def _scores_plus(a, b, col, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr):
+    """``a @ b^T + col[None, :]`` in fp32, a: (R, D), b: (C, D), col: (C,). On a GPU the
+    broadcast column term is the dot's initial accumulator (``_dkdv_step``'s register note);
+    under the interpreter it is added to ``forward._scores``'s logits."""
+    acc = tl.broadcast_to(col[None, :], (a.shape[0], b.shape[0]))
+    if UPCAST_DOT:
+        return _scores(a, b, DOT_PRECISION, UPCAST_DOT) + acc
+    return tl.dot(a, tl.trans(b), acc, input_precision=DOT_PRECISION)
 
 
 @triton.jit
@@ -305,6 +336,7 @@ def _dkdv_inner(
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
     rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT: tl.constexpr,
+    FOLD_LSE: tl.constexpr,
 ):  # fmt: skip
     """``count`` query blocks (``_block_start``) of one query head into dK, dV."""
     for i in tl.range(0, count):
@@ -315,7 +347,7 @@ def _dkdv_inner(
             stride_qm, stride_qd, stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm,
             stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK,
             MASK_KIND, HAS_SOFTCAP, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_LSE,
         )  # fmt: skip
     return dk, dv
 
@@ -341,6 +373,7 @@ def _dkdv_head(
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
     rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT: tl.constexpr,
+    FOLD_LSE: tl.constexpr,
 ):  # fmt: skip
     """All the query blocks of one query head that see this program's keys, into dK, dV:
     (SPARSE) the head's transposed tile lists at ``num_off``/``idx_off``, full tiles then
@@ -357,7 +390,7 @@ def _dkdv_head(
             stride_kmn, stride_amm, stride_amn, False, GUARD, True, SPARSE_Q, HAS_WINDOW_LEFT,
             HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_M, EVEN_D, USE_TMA,
             DOT_PRECISION, UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_LSE,
         )  # fmt: skip
         dk, dv = _dkdv_inner(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
@@ -367,7 +400,7 @@ def _dkdv_head(
             stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD, True, SPARSE_Q,
             HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_M, False,
             USE_TMA, DOT_PRECISION, UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_LSE,
         )  # fmt: skip
     else:
         lo, full_lo, full_hi, hi = _query_ranges(
@@ -382,7 +415,7 @@ def _dkdv_head(
             stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD,
             False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
             HAS_SOFTCAP, BLOCK_M, False, USE_TMA, DOT_PRECISION, UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_LSE,
         )  # fmt: skip
         dk, dv = _dkdv_inner(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
@@ -392,7 +425,7 @@ def _dkdv_head(
             stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, False, GUARD,
             False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
             HAS_SOFTCAP, BLOCK_M, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_LSE,
         )  # fmt: skip
         dk, dv = _dkdv_inner(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
@@ -402,7 +435,7 @@ def _dkdv_head(
             stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD,
             False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
             HAS_SOFTCAP, BLOCK_M, False, USE_TMA, DOT_PRECISION, UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_LSE,
         )  # fmt: skip
     return dk, dv
 
@@ -444,6 +477,7 @@ def _bwd_dkdv(
     GUARD: tl.constexpr = False,
     USE_TMA: tl.constexpr = False,  # the Hopper path (kernels/hopper.py)
     HAS_DROPOUT: tl.constexpr = False,  # the forward's dropout (forward._kept), regenerated
+    FOLD_LSE: tl.constexpr = False,  # _dkdv_step's register note (passes.backward sets it)
 ):  # fmt: skip
     """Grid: (cdiv(max Nk, BLOCK_N), B * Hkv). Writes dK, dV for BLOCK_N keys of one KV head,
     summing over the GQA group's query heads in a fixed order.
@@ -540,7 +574,7 @@ def _bwd_dkdv(
             stride_kmn, stride_amm, stride_amn, GUARD, SPARSE, SPARSE_Q, HAS_WINDOW_LEFT,
             HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_M, BLOCK_N, EVEN_D,
             USE_TMA, DOT_PRECISION, UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_LSE,
         )  # fmt: skip
 
     if HAS_DROPOUT:

@@ -109,3 +109,12 @@ def descriptors(tensors: list[torch.Tensor], rows: list[int], block_d: int) -> l
         TensorDescriptor(t, list(t.shape), _strides(t), [1, 1, r, block_d])
         for t, r in zip(tensors, rows, strict=True)
     ]
+
+
+def fold_lse(scale: float, tma: bool, block_d: int) -> bool:
+    """Whether the dK/dV kernel folds the LSE and delta into its dots' accumulators
+    (``backward._dkdv_step``'s register note): where it was measured to help, the Hopper
+    path at D <= 128 (sm90, triton 3.6: dK/dV spilled 344 -> 16 B per thread in the GQA build,
+    96 -> 0 B with M64-N64 tiles, causal). The portable path and D = 256 spilled as much or
+    more with it. Never for scale 0, which the fold divides by."""
+    return scale != 0 and tma and block_d <= 128
