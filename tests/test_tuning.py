@@ -517,9 +517,10 @@ def test_a_committed_table_is_the_sweeps_format_and_names_shipped_configs(path):
     assert text == tuning.dumps(data["gpu"], data["entries"], data["about"])
     for key, entry in data["entries"].items():
         kernel, dtype, head_dim_block, _q, _k, *flags = key.split()
-        sparse = dict(flag.split("=") for flag in flags)["sparse"] == "1"
+        on = {name for name, value in (flag.split("=") for flag in flags) if value == "1"}
         shipped = configs.candidates(
-            kernel, int(head_dim_block.removeprefix("d")), getattr(torch, dtype), masked=sparse
-        )
+            kernel, int(head_dim_block.removeprefix("d")), getattr(torch, dtype),
+            masked="sparse" in on, tma="tma" in on, dropout="dropout" in on,
+        )  # fmt: skip
         assert entry["config"] in {str(c) for c in shipped}, key
         assert entry["config"] in entry["times_ms"], key
