@@ -361,6 +361,20 @@ def test_included_nan_propagates(where, device, on_gpu):
     assert not torch.isfinite(dq[0, 0]).all()
 
 
+def test_a_nan_row_adds_nothing_to_keys_it_excludes(device, on_gpu):
+    """A row whose LSE is NaN (it attends a NaN key) adds NaN to the dK/dV of the keys it
+    attends and nothing to the others: with causal and Nk > Nq, the keys past the last
+    query are attended by no row, so their dK and dV are exactly 0 (backward._dkdv_step
+    subtracts the LSE before the mask)."""
+    b, h, nq, nk, d = pick(on_gpu, (1, 2, 20, 27, 16), (2, 4, 500, 530, 64))
+    q, k, v = rand_qkv(b, h, h, nq, nk, d, torch.float16, device, seed=16)
+    k[0, 0, 3, 0] = float("nan")
+    _, _, _, dk, dv = fwd_bwd(safeattn.attention, q, k, v, torch.ones_like(q), causal=True)
+    assert torch.isnan(dv[0, 0, 3:nq]).any(), "premise: the NaN rows reach the keys they attend"
+    for name, g in (("dk", dk), ("dv", dv)):
+        assert torch.equal(g[:, :, nq:], torch.zeros_like(g[:, :, nq:])), name
+
+
 # --------------------------------------------------------------------------- contract 4
 
 
