@@ -226,11 +226,11 @@ def _dkdv_step(
     lse2 = tl.where(lse2 == float("-inf"), float("inf"), lse2)
     # NOTE: register budget — the LSE and delta vary along the columns of these transposed
     # tiles, so each broadcast costs a thread as many registers as it holds columns (16 of a
-    # 64-wide tile): enough to spill the 64x64 tiles at D=128 (256 B per thread, 255
-    # registers on sm90). Folded in, they start the dots' accumulators instead of staying
-    # live: s·c - lse2 = (s - lse2/c)·c. FOLD_LSE: only where the launcher turns it on, never
-    # for scale 0; the LSE also stays apart with soft-capping (its tanh needs the plain
-    # scores), delta under dropout (dP is masked and rescaled before delta meets it).
+    # 64-wide tile): enough to spill the 64x64 tiles at D=128 (sm90, triton 3.6: 255
+    # registers and 136 B per thread). Folded in, they start the dots' accumulators instead
+    # of staying live: s·c - lse2 = (s - lse2/c)·c. FOLD_LSE: only where the launcher turns
+    # it on, never for scale 0; the LSE also stays apart with soft-capping (its tanh needs the
+    # plain scores), delta under dropout (dP is masked and rescaled before delta meets it).
     FOLD: tl.constexpr = FOLD_LSE and not HAS_SOFTCAP
     FOLD_DELTA: tl.constexpr = FOLD_LSE and not HAS_DROPOUT
     if FOLD:

@@ -214,14 +214,14 @@ def backward(
         meta.window_left, meta.window_right, meta.head_dim,
     )  # fmt: skip
     kv_grid = lambda c: (triton.cdiv(meta.seq_k, c.block_n), meta.batch * meta.heads_kv)
-    gqa = {"GQA": group > 1, "USE_TMA": tma, "HAS_DROPOUT": meta.dropout_p > 0,
-           "FOLD_LSE": hopper.fold_lse(meta.scale, tma, bd)}
+    kv_extra = {"GQA": group > 1, "USE_TMA": tma, "HAS_DROPOUT": meta.dropout_p > 0,
+                "FOLD_LSE": hopper.fold_lse(meta.scale, tma, bd)}
     cfg = launch._launch(
-        "bwd_dkdv", _bwd_dkdv, kv_grid, kv_args, meta, dt, dev, meta.seq_q, meta.seq_k, gqa
+        "bwd_dkdv", _bwd_dkdv, kv_grid, kv_args, meta, dt, dev, meta.seq_q, meta.seq_k, kv_extra
     )
     if may_empty:
         launch.launch_guarded_redo("bwd_dkdv", _bwd_dkdv, kv_grid(cfg), kv_args, meta, dt, dev, cfg,
-                                   gqa)  # fmt: skip
+                                   kv_extra)  # fmt: skip
 
     tiles = _tile_args(summary, False, q)
     # The dQ kernel flags and redoes its programs the same way (backward._bwd_dq).
