@@ -304,6 +304,30 @@ def test_a_softcap_call_has_a_key_of_its_own_that_the_tables_lack(gpu):
     assert source_of() == "table" and kernel.has_softcap is False
 
 
+def test_a_gqa_dkdv_call_has_a_key_of_its_own(gpu):
+    """A GQA dK/dV program loops over its query-head group (the GQA constexpr), so its
+    config is keyed apart: the GQA-free call's table entry is not used for it, and in one
+    process each call keeps its own choice."""
+    shipped = [str(c) for c in configs.candidates("bwd_dkdv", 128, torch.bfloat16, LIMIT)]
+    assert len(shipped) > 1, shipped
+    gqa_meta = replace(META, heads_q=4)
+
+    def dkdv(meta, extra) -> str:
+        gpu.kernel = FakeKernel()
+        cfg = launch._launch("bwd_dkdv", gpu.kernel, lambda c: (1,), (), meta, torch.bfloat16,
+                             torch.device("cuda", 0), meta.seq_q, meta.seq_k, extra)  # fmt: skip
+        return str(cfg)
+
+    plain = tuning.key_text(configs.tune_key("bwd_dkdv", torch.bfloat16, 128, 1000, 1000,
+                                             META.flags))  # fmt: skip
+    write_table(gpu.tables / f"{GPU}.json", {plain: shipped[1]})
+    gpu.times = {shipped[1]: 2.0}  # the GQA call's tuner prefers another config
+    assert dkdv(gqa_meta, {"GQA": True}) != shipped[1]
+    assert dkdv(META, {"GQA": False}) == shipped[1]
+    keys = {tuning.key_text(k[:-1]): s for k, s in launch.config_sources().items()}
+    assert keys == {plain: "table", plain + " gqa=1": "tuned"}, keys
+
+
 def test_the_interpreter_keeps_its_config_and_records_nothing(monkeypatch):
     monkeypatch.setattr(launch, "INTERPRET", True)
     launch.clear_choices()

@@ -221,7 +221,9 @@ def _launch(name, fn, grid, args, meta, dtype, device, seq_q, seq_k, extra=None)
         cfg = configs.interpreter_config(name)
         fn[grid(cfg)](*args_of(cfg), **_constexprs(meta, dtype, cfg), **extra)
         return cfg
-    key = configs.tune_key(name, dtype, meta.head_dim, seq_q, seq_k, meta.flags)
+    # A GQA dK/dV program loops over its query-head group: keyed apart from GQA-free calls.
+    gqa = (("gqa", 1),) if extra.get("GQA") else ()
+    key = configs.tune_key(name, dtype, meta.head_dim, seq_q, seq_k, meta.flags + gqa)
     gpu_names = _gpu_names(
         device.index if device.index is not None else torch.cuda.current_device()
     )
@@ -382,11 +384,9 @@ def _choose(name, fn, grid, args_of, meta, dtype, device, key, gpu_names, extra)
 def _time(fn, grid, args, meta, dtype, cfg: KernelConfig, extra: dict) -> float:
     """Median ms of one launch with ``cfg``."""
     kw = {**_constexprs(meta, dtype, cfg), **extra}
+    # The median: one slow outlier must not decide.
     return triton.testing.do_bench(
-        lambda: fn[grid(cfg)](*args, **kw),
-        warmup=5,
-        rep=20,
-        return_mode="median",  # one slow outlier must not decide
+        lambda: fn[grid(cfg)](*args, **kw), warmup=5, rep=20, return_mode="median"
     )
 
 
