@@ -186,7 +186,7 @@ def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: in
         UPCAST_DOT=0,
         # the dK/dV kernel's GQA loop (group = 2 above); the kernels' guarded second
         # launches (GUARD=True) have the same tiles and are not audited apart
-        **({"GQA": True, "FOLD_LSE": hopper.fold_lse(1.0, kernel in _TMA_KERNELS, head_dim)}
+        **({"GQA": True, "FOLD_DELTA": hopper.fold_delta(kernel in _TMA_KERNELS, head_dim)}
            if base == "bwd_dkdv" else {}),
         **({"HAS_DBIAS": variant == "dbias"} if base == "bwd_dq" else {}),
         HAS_DROPOUT=variant == "dropout",

@@ -3,7 +3,7 @@ the portable kernels compute, forward and backward.
 
 CPU: ``SAFEATTN_TMA=1`` forces the path under the interpreter, where both paths run the
 same 32x16 blocks: the outputs must be equal bit for bit with the dK/dV fold off
-(``hopper.fold_lse``, D = 128) and close with it on, poisoned inputs and empty rows
+(``hopper.fold_delta``, D = 128) and close with it on, poisoned inputs and empty rows
 included, and the contract checks of test_kernels must hold on it. ``--gpu`` (an sm90 GPU
 takes the path by default): both paths against the fp64 reference at realistic sizes, and
 the launched forward kernel's registers and spills.
@@ -182,11 +182,11 @@ def test_the_paths_agree(name, dtype, d, device, on_gpu, monkeypatch):
 @pytest.mark.parametrize("dtype", HALF, ids=HALF_IDS)
 @pytest.mark.parametrize("name", ["causal", "leftpad_causal", "float_mask", "dense"])
 def test_the_dkdv_fold_agrees(name, dtype, device, on_gpu, monkeypatch):
-    """D = 128, where the Hopper path folds the LSE and delta into dK/dV's dots
-    (``hopper.fold_lse``): interpreter, as above (bit for bit with the fold off; close, with
+    """D = 128, where the Hopper path folds delta into dK/dV's dP dot
+    (``hopper.fold_delta``): interpreter, as above (bit for bit with the fold off; close, with
     the same NaN and Inf entries, with it on). GPU: against the fp64 reference."""
     q, k, v, kw = _case(name, dtype, device, on_gpu, 128)
-    assert hopper.fold_lse(0.1, True, configs.block_d(128))
+    assert hopper.fold_delta(True, configs.block_d(128))
     if on_gpu:
         monkeypatch.setenv(hopper.ENV, "1")
         check_against_reference(q, k, v, **kw)
@@ -197,15 +197,15 @@ def test_the_dkdv_fold_agrees(name, dtype, device, on_gpu, monkeypatch):
 def _check_agreement(q, k, v, kw, monkeypatch):
     """The portable and the Hopper path under the interpreter, clean and with NaN in one key
     row and Inf in one value row (with a key mask, in a padding key too): bit for bit with
-    the dK/dV fold off; with it on (its default where ``hopper.fold_lse`` says so) dK and dV
-    round differently, so close, with the same NaN and Inf entries."""
+    the dK/dV fold off; with it on (its default where ``hopper.fold_delta`` says so) dK
+    rounds differently, so close, with the same NaN and Inf entries."""
     k2, v2 = k.clone(), v.clone()
     k2[0, :, 7], v2[-1, :, 11] = math.nan, math.inf
     for kk, vv in ((k, v), (k2, v2)):
         portable = _fwd_bwd(q, kk, vv, "0", monkeypatch, **kw)
         folded = _fwd_bwd(q, kk, vv, "1", monkeypatch, **kw)
         with monkeypatch.context() as m:
-            m.setattr(hopper, "fold_lse", lambda *args: False)
+            m.setattr(hopper, "fold_delta", lambda *args: False)
             tma = _fwd_bwd(q, kk, vv, "1", monkeypatch, **kw)
         names = ("out", "lse", "dq", "dk", "dv")
         for name, a, b, c in zip(names, portable, tma, folded, strict=True):
@@ -220,9 +220,9 @@ def _check_agreement(q, k, v, kw, monkeypatch):
 
 @pytest.mark.parametrize("scale", [0.0, -0.3])
 def test_the_dkdv_fold_keeps_any_scale(scale, device, on_gpu, monkeypatch):
-    """The fold divides the LSE by the scale: scale 0 takes the unfolded dK/dV (a uniform
-    softmax, not exp2(-inf)), and a negative scale folds with its sign."""
-    assert hopper.fold_lse(scale, True, 128) is (scale != 0)
+    """Scale 0 (a uniform softmax) and a negative scale through the dK/dV kernel with its
+    fold on, against the fp64 reference (the LSE fold, since removed, divided by the scale)."""
+    assert hopper.fold_delta(True, 128)
     monkeypatch.setenv(hopper.ENV, "1")
     q, k, v, kw = _case("causal", torch.float16, device, on_gpu, 128)
     check_against_reference(q, k, v, scale=scale, **kw)

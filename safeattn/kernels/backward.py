@@ -186,7 +186,7 @@ def _dkdv_step(
     rng_stride,
     dropout_p,
     HAS_DROPOUT: tl.constexpr,
-    FOLD_LSE: tl.constexpr,
+    FOLD_DELTA: tl.constexpr,
 ):
     """One query block [start_m, start_m + BLOCK_M) into dK, dV. MASKED=False is the plain
     path: every pair of the block may attend and every row and key is in range. USE_TMA:
@@ -224,27 +224,19 @@ def _dkdv_step(
         lse2 = tl.load(lse_base + offs_m * stride_lm)
         delta = tl.load(delta_base + offs_m * stride_lm)
     lse2 = tl.where(lse2 == float("-inf"), float("inf"), lse2)
-    # NOTE: register budget — the LSE and delta vary along the columns of these transposed
-    # tiles, so each broadcast costs a thread as many registers as it holds columns (16 of a
-    # 64-wide tile): enough to spill the 64x64 tiles at D=128 (sm90, triton 3.6: 255
-    # registers and 136 B per thread). Folded in, they start the dots' accumulators instead
-    # of staying live: s·c - lse2 = (s - lse2/c)·c. FOLD_LSE: only where the launcher turns
-    # it on, never for scale 0; the LSE also stays apart with soft-capping (its tanh needs the
-    # plain scores), delta under dropout (dP is masked and rescaled before delta meets it).
-    FOLD: tl.constexpr = FOLD_LSE and not HAS_SOFTCAP
-    FOLD_DELTA: tl.constexpr = FOLD_LSE and not HAS_DROPOUT
-    if FOLD:
-        sT = _scores_plus(k, q, lse2 * (-1.0 / qk_scale), DOT_PRECISION, UPCAST_DOT) * qk_scale
-    else:
-        sT = _scores(k, q, DOT_PRECISION, UPCAST_DOT) * qk_scale
+    # NOTE: register budget — delta varies along the columns of these transposed tiles, so
+    # its broadcast costs a thread as many registers as it holds columns (16 of a 64-wide
+    # tile). FOLD_DELTA: it starts dP's accumulator instead of staying live (not under
+    # dropout, where dP is masked and rescaled before delta meets it). The LSE was folded
+    # too, as (s - lse2/c)·c, until the H100 showed dV beyond the accuracy contract with
+    # logits ~1e5 (D=128: its accumulator then starts near -s_max, where P needs every bit).
+    sT = _scores(k, q, DOT_PRECISION, UPCAST_DOT) * qk_scale
     if HAS_SOFTCAP:
         # NOTE: soft-capping (forward.py): P from the capped scores, as the forward saw them.
         sT, tT = _softcap(sT, softcap)
-    if not FOLD:
-        # Before the mask, as the fold does: an excluded pair's P is exactly 0 even where
-        # the row's LSE is NaN (a row that attends a NaN key adds NaN only to the keys it
-        # attends), on both paths alike.
-        sT = sT - lse2[None, :]
+    # Before the mask: an excluded pair's P is exactly 0 even where the row's LSE is NaN (a
+    # row that attends a NaN key adds NaN only to the keys it attends).
+    sT = sT - lse2[None, :]
     if MASKED:
         allowed, bias = _allowed_pairs(
             offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
@@ -268,7 +260,7 @@ def _dkdv_step(
         dv = tl.dot(pT_v, do.to(tl.float32), dv, input_precision=DOT_PRECISION)
     else:
         dv = tl.dot(pT_v.to(do.dtype), do, dv, input_precision=DOT_PRECISION)
-    if FOLD_DELTA:
+    if FOLD_DELTA and not HAS_DROPOUT:
         dsT = pT * _scores_plus(v, do, -delta, DOT_PRECISION, UPCAST_DOT)
     else:
         dpT = _scores(v, do, DOT_PRECISION, UPCAST_DOT)
@@ -336,7 +328,7 @@ def _dkdv_inner(
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
     rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT: tl.constexpr,
-    FOLD_LSE: tl.constexpr,
+    FOLD_DELTA: tl.constexpr,
 ):  # fmt: skip
     """``count`` query blocks (``_block_start``) of one query head into dK, dV."""
     for i in tl.range(0, count):
@@ -347,7 +339,7 @@ def _dkdv_inner(
             stride_qm, stride_qd, stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm,
             stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK,
             MASK_KIND, HAS_SOFTCAP, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_LSE,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
         )  # fmt: skip
     return dk, dv
 
@@ -373,7 +365,7 @@ def _dkdv_head(
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
     rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT: tl.constexpr,
-    FOLD_LSE: tl.constexpr,
+    FOLD_DELTA: tl.constexpr,
 ):  # fmt: skip
     """All the query blocks of one query head that see this program's keys, into dK, dV:
     (SPARSE) the head's transposed tile lists at ``num_off``/``idx_off``, full tiles then
@@ -390,7 +382,7 @@ def _dkdv_head(
             stride_kmn, stride_amm, stride_amn, False, GUARD, True, SPARSE_Q, HAS_WINDOW_LEFT,
             HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_M, EVEN_D, USE_TMA,
             DOT_PRECISION, UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_LSE,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
         )  # fmt: skip
         dk, dv = _dkdv_inner(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
@@ -400,7 +392,7 @@ def _dkdv_head(
             stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD, True, SPARSE_Q,
             HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_M, False,
             USE_TMA, DOT_PRECISION, UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_LSE,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
         )  # fmt: skip
     else:
         lo, full_lo, full_hi, hi = _query_ranges(
@@ -415,7 +407,7 @@ def _dkdv_head(
             stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD,
             False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
             HAS_SOFTCAP, BLOCK_M, False, USE_TMA, DOT_PRECISION, UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_LSE,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
         )  # fmt: skip
         dk, dv = _dkdv_inner(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
@@ -425,7 +417,7 @@ def _dkdv_head(
             stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, False, GUARD,
             False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
             HAS_SOFTCAP, BLOCK_M, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_LSE,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
         )  # fmt: skip
         dk, dv = _dkdv_inner(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
@@ -435,7 +427,7 @@ def _dkdv_head(
             stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD,
             False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
             HAS_SOFTCAP, BLOCK_M, False, USE_TMA, DOT_PRECISION, UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_LSE,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
         )  # fmt: skip
     return dk, dv
 
@@ -477,7 +469,7 @@ def _bwd_dkdv(
     GUARD: tl.constexpr = False,
     USE_TMA: tl.constexpr = False,  # the Hopper path (kernels/hopper.py)
     HAS_DROPOUT: tl.constexpr = False,  # the forward's dropout (forward._kept), regenerated
-    FOLD_LSE: tl.constexpr = False,  # _dkdv_step's register note (passes.backward sets it)
+    FOLD_DELTA: tl.constexpr = False,  # _dkdv_step's register note (passes.backward sets it)
 ):  # fmt: skip
     """Grid: (cdiv(max Nk, BLOCK_N), B * Hkv). Writes dK, dV for BLOCK_N keys of one KV head,
     summing over the GQA group's query heads in a fixed order.
@@ -574,7 +566,7 @@ def _bwd_dkdv(
             stride_kmn, stride_amm, stride_amn, GUARD, SPARSE, SPARSE_Q, HAS_WINDOW_LEFT,
             HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_M, BLOCK_N, EVEN_D,
             USE_TMA, DOT_PRECISION, UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_LSE,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
         )  # fmt: skip
 
     if HAS_DROPOUT:

@@ -111,12 +111,10 @@ def descriptors(tensors: list[torch.Tensor], rows: list[int], block_d: int) -> l
     ]
 
 
-def fold_lse(scale: float, tma: bool, block_d: int) -> bool:
-    """Whether the dK/dV kernel folds the LSE and delta into its dots' accumulators
-    (``backward._dkdv_step``'s register note): the Hopper path at D = 128, where it was
-    measured. Its M64-N64-w4-s2 tiles then compile without spills (sm90, triton 3.6: 136 -> 0
-    B per thread) and SpeedSuite's D=128 backward ran 0.93-1.00x the time of 0063d1a's (H100,
-    bf16, at 7e763a8). At D = 64 the same run's GQA rows were 1.36-1.44x slower (cause not
-    found), the portable path and D = 256 spilled as much or more with it. Never for scale
-    0, which the fold divides by."""
-    return scale != 0 and tma and block_d == 128
+def fold_delta(tma: bool, block_d: int) -> bool:
+    """Whether the dK/dV kernel starts dP's accumulator at -delta (``backward._dkdv_step``'s
+    register note): the Hopper path at D = 128, where the fold was measured. The LSE was
+    folded too at first (61d2547: no spill at M64-N64-w4-s2, D=128 backward 0.93-1.00x the
+    time of 0063d1a's on the H100), until the GPU tests showed it cost dV accuracy with large
+    logits; at D = 64 the portable path and D = 256 spilled as much or more with it."""
+    return tma and block_d == 128

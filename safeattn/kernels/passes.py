@@ -215,7 +215,7 @@ def backward(
     )  # fmt: skip
     kv_grid = lambda c: (triton.cdiv(meta.seq_k, c.block_n), meta.batch * meta.heads_kv)
     kv_extra = {"GQA": group > 1, "USE_TMA": tma, "HAS_DROPOUT": meta.dropout_p > 0,
-                "FOLD_LSE": hopper.fold_lse(meta.scale, tma, bd)}
+                "FOLD_DELTA": hopper.fold_delta(tma, bd)}
     cfg = launch._launch(
         "bwd_dkdv", _bwd_dkdv, kv_grid, kv_args, meta, dt, dev, meta.seq_q, meta.seq_k, kv_extra
     )
