@@ -86,13 +86,14 @@ _HOPPER_FORWARD: dict[int, list[KernelConfig]] = {
 # 1.44 with M128-N64-w8-s3, the portable list's choice. dK/dV: M64-N64-w4-s2 ran 3.84 / 2.16
 # ms against 4.31 / 2.21 for M32-N64-w4-s3, but spills (sm90, triton 3.6, with delta folded,
 # hopper.fold_delta: 48 / 64 / 144 B per thread dense / causal / GQA build), so it is not
-# shipped; M64-N64-w8-s2 compiles without spills in all three builds (223-255 registers),
-# M32-N64-w4-s3 in the dense and causal ones (its GQA build: 288 B); the tuner chooses.
+# shipped. M32-N64-w4-s3 compiles without spills in the dense and causal builds (its GQA
+# build: 288 B); M64-N64-w8-s2, without spills in all three, ran 1.5-2.2x slower than it at
+# every key of the H100's tune (docs/perf/tune_h100_2026-11-28.log), so it is not shipped.
 # M64-N128-w8-s2, which the tuner once took for the left-padded causal shape, spilled (16 B).
 # The other head dims' sweeps (D=64, D=256 causal) chose configs the portable lists already
 # hold first or second.
 _HOPPER_BACKWARD: dict[str, dict[int, list[KernelConfig]]] = {
-    "bwd_dkdv": {**_HALF["bwd_dkdv"], 128: [C(32, 64, 4, 3), C(64, 64, 8, 2), C(32, 64, 4, 4)]},
+    "bwd_dkdv": {**_HALF["bwd_dkdv"], 128: [C(32, 64, 4, 3), C(32, 64, 4, 4)]},
     "bwd_dq": {**_HALF["bwd_dq"],
                128: [C(64, 64, 4, 2), C(128, 64, 8, 4), C(128, 64, 8, 3), C(64, 32, 4, 3)]},
 }  # fmt: skip
