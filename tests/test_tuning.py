@@ -438,9 +438,11 @@ def test_a_sweep_worker_reports_the_keys_it_tuned(gpu, monkeypatch):
 def test_the_sweep_keeps_the_majority_and_merges_the_table(monkeypatch, tmp_path, capsys):
     tune, bench_env = _benchmarks("tune"), _benchmarks("_env")
     a, b, c = CANDIDATES[:3]
+    k0, k1 = key_of(replace(META, seq_q=5000, seq_k=5000)), key_of()
+    stale = key_of(replace(META, seq_q=100, seq_k=100))
 
     def run(config, fast):
-        return {"k1": tuning.make_entry(config, [(a, 1.0 + fast), (b, 1.0), (c, 3.0)])}
+        return {k1: tuning.make_entry(config, [(a, 1.0 + fast), (b, 1.0), (c, 3.0)])}
 
     runs = iter([run(a, 0.0), run(b, 0.5), run(a, 0.2)])
     monkeypatch.setattr(
@@ -448,19 +450,42 @@ def test_the_sweep_keeps_the_majority_and_merges_the_table(monkeypatch, tmp_path
     )
     monkeypatch.setattr(bench_env, "cuda_usable", lambda: True)
     table = tmp_path / f"{GPU}.json"
-    write_table(table, {"k0": c, "k1": b})
+    # k0 the sweep does not reach; "stale" names a config no candidate list ships any more
+    write_table(table, {k0: c, k1: b, stale: "M8-N8-w1-s1"})
     assert tune.main(["--repeats", "3", "--out", str(tmp_path), "--kind", "model"]) == 0
     entries = tuning.read_entries(table)
-    assert entries["k0"]["config"] == c  # a key the sweep did not reach: kept
-    assert entries["k1"] == {
+    assert entries[k0]["config"] == c  # a key the sweep did not reach: kept
+    assert entries[k1] == {
         "config": a,
         "times_ms": {a: 1.2, b: 1.0, c: 3.0},  # medians over the repeats
         "votes": {a: 2, b: 1},
     }
-    assert f"[tune] k1: {a} (2/3, was {b})" in capsys.readouterr().out
+    assert stale not in entries
+    out = capsys.readouterr().out
+    assert f"[tune] {k1}: {a} (2/3, was {b})" in out
+    assert f"[tune] {stale}: M8-N8-w1-s1 dropped (no longer a shipped candidate)" in out
     # a tie goes to the earlier candidate
     tie = tune.vote([run(b, 0.0), run(a, 0.0)])
-    assert tie["k1"]["config"] == a
+    assert tie[k1]["config"] == a
+
+
+def test_prune_drops_only_the_entries_naming_unshipped_configs(tmp_path, capsys):
+    """--prune (no GPU): a candidate list changed after a tune; the entries that name a
+    config it no longer holds go, each printed, the rest and the header stay."""
+    tune = _benchmarks("tune")
+    table = tmp_path / f"{GPU}.json"
+    keep, stale = key_of(), key_of(replace(META, seq_q=100, seq_k=100))
+    write_table(table, {keep: CANDIDATES[1], stale: "M8-N8-w1-s1"})
+    assert tune.main(["--prune", "--gpu", GPU, "--out", str(tmp_path)]) == 0
+    assert {k: e["config"] for k, e in tuning.read_entries(table).items()} == {
+        keep: CANDIDATES[1]
+    }
+    assert json.loads(table.read_text())["about"] == "test"
+    out = capsys.readouterr().out
+    assert f"{stale}: M8-N8-w1-s1 dropped" in out and "1 stale entries dropped, 1 kept" in out
+    assert tune.main(["--prune", "--gpu", "nvidia-absent", "--out", str(tmp_path)]) == 2
+    with pytest.raises(SystemExit):
+        tune.main(["--prune"])  # which table: --gpu is required
 
 
 # ------------------------------------------------- results record the configs that ran
@@ -540,11 +565,5 @@ def test_a_committed_table_is_the_sweeps_format_and_names_shipped_configs(path):
     assert data["gpu"] == path.stem
     assert text == tuning.dumps(data["gpu"], data["entries"], data["about"])
     for key, entry in data["entries"].items():
-        kernel, dtype, head_dim_block, _q, _k, *flags = key.split()
-        on = {name for name, value in (flag.split("=") for flag in flags) if value == "1"}
-        shipped = configs.candidates(
-            kernel, int(head_dim_block.removeprefix("d")), getattr(torch, dtype),
-            masked="sparse" in on, tma="tma" in on, dropout="dropout" in on,
-        )  # fmt: skip
-        assert entry["config"] in {str(c) for c in shipped}, key
+        assert entry["config"] in tuning.shipped(key), key
         assert entry["config"] in entry["times_ms"], key

@@ -4,6 +4,7 @@ table (``safeattn/kernels/tuning_tables/<gpu>.json``, committed and reviewed lik
     python -m tools.tune [--repeats 3] [--kind speed --kind masked --kind model]
                               [--gpu NAME] [--out DIR]
     python -m tools.tune --list    # the calls it would tune, and the table's keys
+    python -m tools.tune --prune --gpu NAME   # drop the entries naming unshipped configs
 
 Not an asv suite (asv imports every module here, so nothing beyond the standard library is
 imported at module level).
@@ -19,7 +20,9 @@ and the majority's config is kept (a tie goes to the earlier candidate, as in th
 
 What it writes: the tuned keys merged into the table of this GPU (the CUDA device name's
 slug, as the asv machine is named; ``--gpu sm90`` names an architecture's table instead),
-keys it did not reach kept as they were. Each entry has the config, the candidates' median
+keys it did not reach kept as they were unless their config is no longer shipped
+(a candidate list changed since: ``tuning.shipped``; each dropped key is printed, and
+``--prune`` does only that, without a GPU). Each entry has the config, the candidates' median
 times over the repeats and the votes. It prints one line per call and one per key, marking
 the keys whose config changed from the table's.
 """
@@ -141,6 +144,36 @@ def vote(runs: list[dict[str, dict]]) -> dict[str, dict]:
     return merged
 
 
+def drop_unshipped(entries: dict[str, dict]) -> dict[str, dict]:
+    """The entries whose config the launcher still ships (``tuning.shipped``); each other
+    one is printed and left out: its candidate list changed after the tune that chose it."""
+    from safeattn.kernels import tuning
+
+    kept = {}
+    for key, entry in sorted(entries.items()):
+        if entry["config"] in tuning.shipped(key):
+            kept[key] = entry
+        else:
+            _say(f"{key}: {entry['config']} dropped (no longer a shipped candidate)")
+    return kept
+
+
+def _prune(path: Path, name: str) -> int:
+    """``--prune``: rewrite one table without its stale entries (no GPU needed)."""
+    import json
+
+    from safeattn.kernels import tuning
+
+    if not path.exists():
+        _say(f"{path}: no such table")
+        return 2
+    entries = tuning.read_entries(path)
+    kept = drop_unshipped(entries)
+    tuning.write_entries(path, name, kept, json.loads(path.read_text())["about"])
+    _say(f"{path}: {len(entries) - len(kept)} stale entries dropped, {len(kept)} kept")
+    return 0
+
+
 def _say(line: str) -> None:
     print(f"[tune] {line}", flush=True)
 
@@ -152,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", help="table name (default: this GPU's slug, e.g. nvidia-h200)")
     parser.add_argument("--out", type=Path, help="table folder (default: the package's)")
     parser.add_argument("--list", "--dry-run", action="store_true", help="list, run nothing")
+    parser.add_argument("--prune", action="store_true",
+                        help="only drop --gpu's entries that name unshipped configs")  # fmt: skip
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
@@ -160,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     from safeattn.kernels import tuning
 
     out = args.out or tuning.TABLE_DIR
+    if args.prune:
+        if not args.gpu:
+            parser.error("--prune needs --gpu (the table's name, e.g. nvidia-h200)")
+        return _prune(out / f"{args.gpu}.json", args.gpu)
     todo = tune_tasks(tuple(args.kind or KINDS))
     if args.list:
         for task in todo:
@@ -197,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         change = "new" if old is None else ("same" if old == entry["config"] else f"was {old}")
         agree = max(entry["votes"].values())
         _say(f"{key}: {entry['config']} ({agree}/{sum(entry['votes'].values())}, {change})")
-    table.update(merged)
+    table = drop_unshipped({**table, **merged})
     about = (
         f"tools/tune.py: the asv GPU grids' safeattn calls ({', '.join(args.kind or KINDS)}),"
         f" majority of {args.repeats} process(es); torch {versions.get('torch')}, "

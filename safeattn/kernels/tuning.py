@@ -78,6 +78,24 @@ def key_text(key: tuple) -> str:
     return f"{kernel} {dtype_name} d{head_dim_block} q{q_bucket} k{k_bucket} {named}"
 
 
+def shipped(key: str) -> set[str]:
+    """The names of the configs the launcher ships for a table key (:func:`key_text`'s
+    form): the candidate list of its kernel, dtype and head-dim tile under its ``sparse``,
+    ``tma`` and ``dropout`` flags (``configs.candidates``; shared memory is the GPU's to
+    check). An entry naming another config is stale: the launcher warns and tunes again."""
+    import torch  # here, not at module level: tools read tables without the kernels
+
+    from . import configs
+
+    kernel, dtype, head_dim_block, _q, _k, *flags = key.split()
+    on = {name for name, value in (flag.split("=") for flag in flags) if value == "1"}
+    listed = configs.candidates(
+        kernel, int(head_dim_block.removeprefix("d")), getattr(torch, dtype),
+        masked="sparse" in on, tma="tma" in on, dropout="dropout" in on,
+    )  # fmt: skip
+    return {str(c) for c in listed}
+
+
 def table_dir() -> Path | None:
     """Where the committed tables are read from; None when ``$SAFEATTN_TUNING_TABLE`` is off."""
     value = os.environ.get(TABLE_ENV, "")
