@@ -116,5 +116,6 @@ def fold_delta(tma: bool, block_d: int) -> bool:
     register note): the Hopper path at D = 128, where the fold was measured. The LSE was
     folded too at first (61d2547: no spill at M64-N64-w4-s2, D=128 backward 0.93-1.00x the
     time of 0063d1a's on the H100), until the GPU tests showed it cost dV accuracy with large
-    logits; at D = 64 the portable path and D = 256 spilled as much or more with it."""
+    logits. With both folded, D = 64, the portable path and D = 256 spilled as much or more;
+    delta alone has been checked at D = 128 only."""
     return tma and block_d == 128
