@@ -234,9 +234,6 @@ def _dkdv_step(
     if HAS_SOFTCAP:
         # NOTE: soft-capping (forward.py): P from the capped scores, as the forward saw them.
         sT, tT = _softcap(sT, softcap)
-    # Before the mask: an excluded pair's P is exactly 0 even where the row's LSE is NaN (a
-    # row that attends a NaN key adds NaN only to the keys it attends).
-    sT = sT - lse2[None, :]
     if MASKED:
         allowed, bias = _allowed_pairs(
             offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
@@ -250,7 +247,13 @@ def _dkdv_step(
     elif MASK_KIND == 2:
         # NOTE: full tiles of an additive mask (forward.py): the bias applies unselected.
         sT = sT + tl.trans(_bias_tile(am_base, offs_m, offs_n, stride_amm, stride_amn))
-    pT = tl.math.exp2(sT)
+    # The LSE after the mask and the bias, as the dQ kernel: 61d2547 subtracted it first (for
+    # the LSE fold) and three fp32 dV accuracy tests failed on the H100 until it moved back.
+    pT = tl.math.exp2(sT - lse2[None, :])
+    if MASKED:
+        # An excluded pair's P exactly 0 even where the row's LSE is NaN (a row that attends a
+        # NaN key): exp2(-inf - NaN) is NaN, and such a row adds NaN only to keys it attends.
+        pT = tl.where(allowedT, pT, 0.0)
     pT_v = pT
     if HAS_DROPOUT:
         # NOTE: dropout (forward.py): the forward's mask, transposed; dV is scaled at the end.
