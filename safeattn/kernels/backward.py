@@ -248,7 +248,7 @@ def _dkdv_step(
         # NOTE: full tiles of an additive mask (forward.py): the bias applies unselected.
         sT = sT + tl.trans(_bias_tile(am_base, offs_m, offs_n, stride_amm, stride_amn))
     # The LSE after the mask and the bias, as the dQ kernel: 61d2547 subtracted it first (for
-    # the LSE fold) and three fp32 dV accuracy tests failed on the H100 until it moved back.
+    # the LSE fold), and two fp32 dV accuracy tests failed on the H100 until it moved back.
     pT = tl.math.exp2(sT - lse2[None, :])
     if MASKED:
         # An excluded pair's P exactly 0 even where the row's LSE is NaN (a row that attends a
