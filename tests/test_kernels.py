@@ -108,6 +108,21 @@ def test_features_match_reference(dtype, causal, window, device, on_gpu):
     check_against_reference(q, k, v, causal=causal, window=window)
 
 
+@pytest.mark.parametrize("scale", [0.3, -0.3, 0.0], ids=["positive", "negative", "zero"])
+def test_any_scale_matches_reference(scale, device, on_gpu):
+    """The forward folds a positive scale into its exponent (forward._fwd_step, FOLD_SCALE):
+    the row maximum of unscaled scores times the scale is the maximum of the scaled ones
+    only for a positive scale. A negative or zero scale takes the unfolded path; all three,
+    with causal masking and a key mask (empty rows included), match the reference. The
+    logits span well over 128 (log2 units), so a maximum taken on the wrong side would
+    overflow exp2 and the check would fail."""
+    b, h, nq, nk, d = pick(on_gpu, (2, 2, 33, 40, 16), (2, 4, 513, 700, 64))
+    q, k, v = rand_qkv(b, h, h, nq, nk, d, torch.float16, device, seed=5, scale=5.0)
+    km = torch.rand(b, nk, generator=torch.Generator().manual_seed(6)) > 0.3
+    km[-1, :] = False  # a batch element whose every row is empty
+    check_against_reference(q, k, v, causal=True, key_mask=km.to(device), scale=scale)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 @pytest.mark.parametrize("mask", ["key_mask", "bool_mask", "float_mask"])
 def test_masks_match_reference(dtype, mask, device, on_gpu):

@@ -121,6 +121,7 @@ def _fwd_step(
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
     rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT: tl.constexpr,
+    FOLD_SCALE: tl.constexpr,
 ):  # fmt: skip
     """One key block [start_n, start_n + BLOCK_N) into the online softmax. MASKED=False is
     the plain path: every pair of the block may attend and every row and key is in range.
@@ -145,7 +146,15 @@ def _fwd_step(
         else:
             k = tl.load(k_ptrs, mask=mask_d[None, :], other=0.0)
             v = tl.load(v_ptrs, mask=mask_d[None, :], other=0.0)
-    s = _scores(q, k, DOT_PRECISION, UPCAST_DOT) * qk_scale
+    # NOTE: scale folding (FOLD_SCALE, set where qk_scale > 0) — without a cap or a bias the
+    # scores stay unscaled: the row maximum is taken on them and scaled once per row, and the
+    # scale rides in the exponent's FMA, s·c - m (one instruction per score instead of a
+    # multiply and a subtract, as Triton's fused-attention tutorial does). For c > 0, rounding
+    # is monotone, so max(s)·c is bitwise max(s·c), and -inf·c stays -inf on excluded pairs.
+    fold: tl.constexpr = FOLD_SCALE and not HAS_SOFTCAP and MASK_KIND != 2
+    s = _scores(q, k, DOT_PRECISION, UPCAST_DOT)
+    if not fold:
+        s = s * qk_scale
     if HAS_SOFTCAP:
         # NOTE: soft-capping (module docstring): the logits, before the bias and the masks.
         s, _ = _softcap(s, softcap)
@@ -170,10 +179,16 @@ def _fwd_step(
         # NOTE: full tiles of an additive mask — every entry is finite... or +inf/NaN, which
         # is no exclusion (contract item 3) — so the bias is added without any selection.
         s = s + _bias_tile(am_base, offs_m, offs_n, stride_amm, stride_amn)
-    m_new = tl.maximum(m_i, tl.max(s, 1))
+    if fold:
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, 1))
     # NOTE: empty rows (module docstring).
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    p = tl.math.exp2(s - m_safe[:, None])
+    if fold:
+        p = tl.math.exp2(s * qk_scale - m_safe[:, None])
+    else:
+        p = tl.math.exp2(s - m_safe[:, None])
     alpha = tl.math.exp2(m_i - m_safe)
     l_i = l_i * alpha + tl.sum(p, 1)
     if HAS_DROPOUT:
@@ -347,6 +362,7 @@ def _fwd_inner(
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
     rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT: tl.constexpr,
+    FOLD_SCALE: tl.constexpr,
 ):  # fmt: skip
     """Key blocks [start, end) step BLOCK_N, or (LISTED) the kernel blocks t in [start, end)
     of the tile list at ``idx_ptr`` (see ``_list_start``). USE_TMA: DescK/DescV and
@@ -361,7 +377,7 @@ def _fwd_inner(
                 stride_vd, stride_kmn, stride_amm, stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT,
                 HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, EVEN_D, USE_TMA,
                 DOT_PRECISION, UPCAST_DOT,
-                rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
+                rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_SCALE,
             )  # fmt: skip
     else:
         for start_n in tl.range(start, end, BLOCK_N):
@@ -372,7 +388,7 @@ def _fwd_inner(
                 stride_vd, stride_kmn, stride_amm, stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT,
                 HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, EVEN_D, USE_TMA,
                 DOT_PRECISION, UPCAST_DOT,
-                rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
+                rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_SCALE,
             )  # fmt: skip
     return acc, m_i, l_i, row_bad
 
@@ -438,6 +454,7 @@ def _fwd_rows(
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
     rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT: tl.constexpr,
+    FOLD_SCALE: tl.constexpr,
 ):  # fmt: skip
     """All key blocks of one program's rows: (acc, m_i, l_i, row_bad) of the online softmax.
 
@@ -464,7 +481,7 @@ def _fwd_rows(
             stride_amm, stride_amn, False, GUARD, True, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, EVEN_D, USE_TMA, DOT_PRECISION,
             UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_SCALE,
         )  # fmt: skip
         acc, m_i, l_i, row_bad = _fwd_inner(
             acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
@@ -474,7 +491,7 @@ def _fwd_rows(
             stride_amm, stride_amn, True, GUARD, True, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, USE_TMA, DOT_PRECISION,
             UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_SCALE,
         )  # fmt: skip
     else:
         lo, full_lo, full_hi, hi = _key_ranges(
@@ -489,7 +506,7 @@ def _fwd_rows(
             stride_amn, True, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, USE_TMA, DOT_PRECISION,
             UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_SCALE,
         )  # fmt: skip
         acc, m_i, l_i, row_bad = _fwd_inner(
             acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
@@ -499,7 +516,7 @@ def _fwd_rows(
             stride_amn, False, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, EVEN_D, USE_TMA, DOT_PRECISION,
             UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_SCALE,
         )  # fmt: skip
         acc, m_i, l_i, row_bad = _fwd_inner(
             acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
@@ -509,7 +526,7 @@ def _fwd_rows(
             stride_amn, True, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, USE_TMA, DOT_PRECISION,
             UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_SCALE,
         )  # fmt: skip
 
     return acc, m_i, l_i, row_bad
@@ -573,6 +590,7 @@ def _attn_fwd(
     UPCAST_DOT: tl.constexpr,  # interpreter only (0 on a GPU): see _scores
     GUARD: tl.constexpr = False,  # the second launch: redo the programs flagged in Leaked
     HAS_DROPOUT: tl.constexpr = False,  # drop pairs with probability dropout_p (_kept)
+    FOLD_SCALE: tl.constexpr = False,  # qk_scale > 0: the scale rides in exp2's FMA (_fwd_step)
 ):  # fmt: skip
     """Grid: (cdiv(max Nq, BLOCK_M), B * Hq). Writes Out rows and Lse2 (log2-domain LSE).
 
@@ -647,7 +665,7 @@ def _attn_fwd(
         stride_snb, stride_snh, stride_sib, stride_sih, stride_sir, GUARD, HAS_WINDOW_LEFT,
         HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M,
         BLOCK_N, BLOCK_D, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
-        rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
+        rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_SCALE,
     )  # fmt: skip
     # NOTE: excluded values — a non-finite accumulator means NaN/Inf in V reached the
     # product, whether from an allowed key (the guard marks the row) or an excluded one (the

@@ -132,7 +132,8 @@ def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None, 
         )  # fmt: skip
 
     grid = lambda c: (triton.cdiv(meta.seq_q, c.block_m), meta.batch * meta.heads_q)
-    extra = {"USE_TMA": tma, "HAS_DROPOUT": meta.dropout_p > 0}
+    # FOLD_SCALE: forward._fwd_step's scale folding, exact for a positive scale only.
+    extra = {"USE_TMA": tma, "HAS_DROPOUT": meta.dropout_p > 0, "FOLD_SCALE": meta.scale > 0}
     cfg = launch._launch(
         "forward", _attn_fwd, grid, args, meta, q.dtype, q.device, meta.seq_q, meta.seq_k, extra
     )
