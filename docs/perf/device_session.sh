@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# One device session of issue 13's kernel work, run detached (setsid) so that it outlives a
+# single 10-minute device command; later commands poll $S/done and collect $S.
+#
+#   here:   git bundle create .bundle/repo.bundle main        (carry .bundle and .whl)
+#   device: BASE=<commit before the change> setsid bash docs/perf/device_session.sh &
+#
+# Steps, each logged under $S (default /tmp/sess):
+#   ab      docs/perf/tree_ab.py: BASE's safeattn against HEAD's, alternating processes, x2
+#   probe   docs/perf/ws_forward_probe.py: one process per implementation, each under a
+#           timeout (a warp-specialised kernel that deadlocks must not stall the session)
+#   ncu     docs/perf/ncu_dense.py under Nsight Compute: forward, dK/dV, dQ of D=128 N=4096
+#   suites  tools/gpu_history.sh 1 --same: SpeedSuite, LiveResourcesSuite, ModelStepSuite at HEAD
+#   tests   pytest --gpu on the kernel test files
+set -u
+S="${S:-/tmp/sess}"
+mkdir -p "$S"
+exec >"$S/driver.log" 2>&1
+export PYTHONUNBUFFERED=1
+step() { echo "[$(date +%T)] $*"; echo "$*" >"$S/step"; }
+step env
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.used --format=csv
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+rm -rf /tmp/r /tmp/base
+git clone -q -b main .bundle/repo.bundle /tmp/r && cp -r .whl /tmp/r/
+mkdir -p /tmp/base && git -C /tmp/r archive "${BASE:?BASE=<commit>}" safeattn | tar -x -C /tmp/base
+cd /tmp/r || exit 1
+git log -1 --format='HEAD %h %s' | cut -c1-120
+
+step ab
+for rep in 1 2; do
+  for t in base new; do
+    tree=/tmp/base
+    [ "$t" = new ] && tree=/tmp/r
+    PYTHONPATH=$tree timeout 400 python3 docs/perf/tree_ab.py --label "$t" >>"$S/ab.jsonl" 2>>"$S/ab.err"
+    echo "ab $t rep $rep rc=$?"
+  done
+done
+python3 docs/perf/tree_ab.py --table "$S/ab.jsonl" >"$S/ab.txt" 2>&1
+
+step probe
+for impl in cudnn safeattn probe-M128-N128-w8-s3 probe-M128-N128-w4-s2 probe-M128-N128-w4-s2-WS \
+  probe-M128-N64-w4-s3-WS probe-M128-N64-w4-s2-WS; do
+  timeout 90 python3 docs/perf/ws_forward_probe.py --only "$impl" >>"$S/ws.jsonl" 2>>"$S/ws.err"
+  echo "probe $impl rc=$?" | tee -a "$S/ws.rc"
+done
+python3 docs/perf/ws_forward_probe.py --table "$S/ws.jsonl" >"$S/ws.txt" 2>&1
+
+step ncu
+timeout 300 ncu --profile-from-start off --section SpeedOfLight --section Occupancy \
+  --section WarpStateStats --section LaunchStats --section ComputeWorkloadAnalysis \
+  python3 docs/perf/ncu_dense.py >"$S/ncu.txt" 2>&1
+echo "ncu rc=$?"
+
+step suites
+SAFEATTN_HISTORY_BUDGET_S=420 SAFEATTN_RESULTS_MIRROR="$S/results" \
+  timeout 560 bash tools/gpu_history.sh 1 --same --suite SpeedSuite --suite LiveResourcesSuite \
+  --suite ModelStepSuite >"$S/suites.log" 2>&1
+echo "suites rc=$?"
+
+step tests
+timeout "${TESTS_S:-420}" python3 -m pytest -v --gpu -n 12 tests/test_kernels.py tests/test_hopper.py \
+  tests/test_dbias.py >"$S/tests.log" 2>&1
+echo "tests rc=$?"
+step done
+touch "$S/done"
