@@ -189,7 +189,6 @@ def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: in
         **({"GQA": True, "FOLD_DELTA": hopper.fold_delta(kernel in _TMA_KERNELS, head_dim)}
            if base == "bwd_dkdv" else {}),
         **({"HAS_DBIAS": variant == "dbias"} if base == "bwd_dq" else {}),
-        **({"FOLD_SCALE": True} if base == "forward" else {}),  # every positive scale
         HAS_DROPOUT=variant == "dropout",
         USE_TMA=kernel in _TMA_KERNELS,
     )

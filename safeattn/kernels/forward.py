@@ -590,7 +590,7 @@ def _attn_fwd(
     UPCAST_DOT: tl.constexpr,  # interpreter only (0 on a GPU): see _scores
     GUARD: tl.constexpr = False,  # the second launch: redo the programs flagged in Leaked
     HAS_DROPOUT: tl.constexpr = False,  # drop pairs with probability dropout_p (_kept)
-    FOLD_SCALE: tl.constexpr = False,  # qk_scale > 0: the scale rides in exp2's FMA (_fwd_step)
+    FOLD_SCALE: tl.constexpr = True,  # only for qk_scale > 0 (_fwd_step): passes.forward sets it
 ):  # fmt: skip
     """Grid: (cdiv(max Nq, BLOCK_M), B * Hq). Writes Out rows and Lse2 (log2-domain LSE).
 
