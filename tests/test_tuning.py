@@ -46,8 +46,11 @@ class FakeKernel:
     """A ``@triton.jit`` kernel as ``_launch`` uses it: ``warmup`` compiles (shared memory
     from ``shared``, else 1 KiB), ``kernel[grid](...)`` launches and records the config."""
 
-    def __init__(self, shared: dict[str, int] | None = None) -> None:
+    def __init__(
+        self, shared: dict[str, int] | None = None, spills: dict[str, int] | None = None
+    ) -> None:
         self.shared = shared or {}
+        self.spills = spills or {}  # Triton's n_spills: 4-byte words
         self.compiled: list[str] = []
         self.launched: list[str] = []
 
@@ -57,7 +60,7 @@ class FakeKernel:
 
     def _binary(self, cfg: str):
         return SimpleNamespace(metadata=SimpleNamespace(shared=self.shared.get(cfg, 1024)),
-                               n_regs=96, n_spills=0)  # fmt: skip
+                               n_regs=96, n_spills=self.spills.get(cfg, 0))  # fmt: skip
 
     def warmup(self, *args, grid, **kw):
         self.compiled.append(self._config(kw))
@@ -194,6 +197,30 @@ def test_one_fitting_candidate_is_launched_untimed(gpu, caplog):
         assert run_forward(gpu, kernel=FakeKernel(shared=too_big)) == CANDIDATES[0]
     assert gpu.timed == [] and source_of() == "tuned"
     assert "one candidate fits" in caplog.text
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_the_tuner_times_spill_free_candidates_while_one_fits(gpu, dtype):
+    """fp16/bf16 at D <= 128 must not spill (tuning.spill_free_first): the fastest candidate,
+    which spills, is not even timed while others fit without, and the faster of those wins.
+    fp32 keeps (and times) every candidate; and when all of them spill, the fastest wins."""
+    names = [str(c) for c in configs.candidates("forward", 128, dtype, LIMIT)]
+    assert len(names) >= 2, names
+    clean = names[-2:] if len(names) > 2 else names[-1:]
+    gpu.times = {c: 3.0 for c in names} | {names[0]: 1.0, clean[-1]: 2.0}
+    gpu.kernel = FakeKernel(spills={c: 2 for c in names if c not in clean})
+    device = torch.device("cuda", 0)
+    cfg = launch._launch("forward", gpu.kernel, lambda c: (1,), (), META, dtype, device,
+                         META.seq_q, META.seq_k)  # fmt: skip
+    if dtype == torch.float32:
+        assert str(cfg) == names[0] and gpu.timed == names
+    else:
+        assert str(cfg) == clean[-1] and gpu.timed == clean
+        launch.clear_choices()
+        (gpu.cache / f"{GPU}.json").unlink()  # a fresh machine: tuned again
+        gpu.timed.clear()
+        every = FakeKernel(spills={c: 2 for c in names})
+        assert run_forward(gpu, kernel=every) == names[0] and gpu.timed == names
 
 
 def test_the_table_wins_over_the_cache(gpu):

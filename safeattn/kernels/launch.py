@@ -306,12 +306,11 @@ def _choose(name, fn, grid, args_of, meta, dtype, device, key, gpu_names, extra)
 
     Single-config mode: the first shipped candidate that fits. Otherwise the table's entry,
     else the cache's, if it is a shipped candidate that fits (else logged, and ignored);
-    else every fitting candidate is timed, :func:`configs.pick` chooses, and the choice is
-    persisted. Fitting: pruned against the device's opt-in shared memory with the known
-    needs, then with the compiled kernel's own figure."""
-    limit = _smem_limit(device)
-    shipped = configs.candidates(name, configs.block_d(meta.head_dim), dtype, limit,
-                                 meta.sparse, meta.tma, meta.dropout_p > 0)  # fmt: skip
+    else the fitting candidates (spill-free where :func:`tuning.spill_free_first` asks) are
+    timed, :func:`configs.pick` chooses, and the choice is persisted. Fitting: pruned against
+    the opt-in shared memory with the known needs, then with the compiled kernel's figure."""
+    limit, bd = _smem_limit(device), configs.block_d(meta.head_dim)
+    shipped = configs.candidates(name, bd, dtype, limit, meta.sparse, meta.tma, meta.dropout_p > 0)
 
     def misfit(cfg: KernelConfig) -> str | None:
         """Why ``cfg`` cannot run here (a compile failure, too much shared memory), or None."""
@@ -320,11 +319,12 @@ def _choose(name, fn, grid, args_of, meta, dtype, device, key, gpu_names, extra)
             compiled = fn.warmup(*args_of(cfg), grid=grid(cfg), **kwargs)
         except Exception as exc:  # a compiler crash on one candidate must not fail the call
             return str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-        shared = int(compiled.metadata.shared)
+        shared, spills[cfg] = int(compiled.metadata.shared), _spill_bytes(compiled)
         if not configs.fits(shared, limit):
             return f"needs {shared} bytes of shared memory, the GPU has {limit}"
         return None
 
+    spills: dict[KernelConfig, int] = {}
     single = meta.deterministic or not configs.autotune_enabled()
     text = tuning.key_text(key)
     if not single:
@@ -364,11 +364,9 @@ def _choose(name, fn, grid, args_of, meta, dtype, device, key, gpu_names, extra)
         )
     if single:
         return fitting[0], "single", []
-    times = (
-        [_time(fn, grid, args_of(cfg), meta, dtype, cfg, extra) for cfg in fitting]
-        if len(fitting) > 1
-        else []
-    )
+    fitting = tuning.spill_free_first(fitting, spills, dtype, bd)
+    timed = fitting if len(fitting) > 1 else []  # one fitting candidate is launched untimed
+    times = [_time(fn, grid, args_of(cfg), meta, dtype, cfg, extra) for cfg in timed]
     best = fitting[configs.pick(times)] if times else fitting[0]  # near-ties: earlier wins
     # One fitting candidate is launched untimed: no timings to zip.
     timings = [(str(c), t) for c, t in zip(fitting, times, strict=True)] if times else []

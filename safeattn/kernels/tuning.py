@@ -96,6 +96,21 @@ def shipped(key: str) -> set[str]:
     return {str(c) for c in listed}
 
 
+def spill_free_first(fitting: list, spills: dict, dtype, head_dim_block: int) -> list:
+    """The candidates the tuner times (``configs.KernelConfig``s, in candidates() order),
+    from those that fit this GPU (``spills``: each one's compiled local memory, bytes per
+    thread). fp16/bf16 at head-dim tiles <= 128 must not spill (issue 13's register budget,
+    which LiveResourcesSuite tracks): there, the spilling ones are dropped while one fits
+    without. Why: the run-time tuner on an H200 took dK/dV M32-N128-w4-s3 (bf16, D=64),
+    which spilled 8 B, and a spill the timing hides on one shape costs on the next. fp32
+    and D=256 keep every candidate: some of their kernels spill in every config."""
+    import torch  # here, not at module level: tools read tables without the kernels
+
+    if dtype == torch.float32 or head_dim_block > 128:
+        return fitting
+    return [c for c in fitting if spills.get(c, 0) <= 0] or fitting
+
+
 def table_dir() -> Path | None:
     """Where the committed tables are read from; None when ``$SAFEATTN_TUNING_TABLE`` is off."""
     value = os.environ.get(TABLE_ENV, "")
