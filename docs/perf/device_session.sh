@@ -3,30 +3,39 @@
 # single 10-minute device command; later commands poll $S/done and collect $S.
 #
 #   here:   git bundle create .bundle/repo.bundle main        (carry .bundle and .whl)
-#   device: BASE=<commit before the change> setsid bash docs/perf/device_session.sh &
+#   device: STEPS="suites d256 tests" BASE=<commit> setsid bash docs/perf/device_session.sh &
 #
-# Steps, each logged under $S (default /tmp/sess):
+# Steps (STEPS, in this order; default: ab probe ncu suites tests), each logged under $S
+# (default /tmp/sess):
 #   ab      docs/perf/tree_ab.py: BASE's safeattn against HEAD's, alternating processes, x2
 #   probe   docs/perf/ws_forward_probe.py: one process per implementation, each under a
 #           timeout (a warp-specialised kernel that deadlocks must not stall the session)
 #   ncu     docs/perf/ncu_dense.py under Nsight Compute: forward, dK/dV, dQ of D=128 N=4096
 #   suites  tools/gpu_history.sh 1 --same: SpeedSuite, LiveResourcesSuite, ModelStepSuite at HEAD
-#   tests   pytest --gpu on the kernel test files
+#   d256    docs/perf/tree_ab.py --d256: HEAD against cuDNN at D=256 N=4096
+#   softcap docs/perf/softcap_fp32_probe.py on the failing fp32 case, first configs only
+#   tests   pytest --gpu on $TEST_FILES (default: the kernel test files), $TESTS_S at most
+#           (or until $DEADLINE), with $TESTS_ENV (e.g. SAFEATTN_AUTOTUNE=0: the first shipped candidate, no tuner)
 set -u
 S="${S:-/tmp/sess}"
 mkdir -p "$S"
 exec >"$S/driver.log" 2>&1
 export PYTHONUNBUFFERED=1
 step() { echo "[$(date +%T)] $*"; echo "$*" >"$S/step"; }
+STEPS=" ${STEPS:-ab probe ncu suites tests} "
+want() { [[ "$STEPS" == *" $1 "* ]]; }
 step env
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.used --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 rm -rf /tmp/r /tmp/base
 git clone -q -b main .bundle/repo.bundle /tmp/r && cp -r .whl /tmp/r/
-mkdir -p /tmp/base && git -C /tmp/r archive "${BASE:?BASE=<commit>}" safeattn | tar -x -C /tmp/base
+if want ab; then
+  mkdir -p /tmp/base && git -C /tmp/r archive "${BASE:?BASE=<commit>}" safeattn | tar -x -C /tmp/base
+fi
 cd /tmp/r || exit 1
 git log -1 --format='HEAD %h %s' | cut -c1-120
 
+if want ab; then
 step ab
 for rep in 1 2; do
   for t in base new; do
@@ -37,7 +46,9 @@ for rep in 1 2; do
   done
 done
 python3 docs/perf/tree_ab.py --table "$S/ab.jsonl" >"$S/ab.txt" 2>&1
+fi
 
+if want probe; then
 step probe
 for impl in cudnn safeattn probe-M128-N128-w8-s3 probe-M128-N128-w4-s2 probe-M128-N128-w4-s2-WS \
   probe-M128-N64-w4-s3-WS probe-M128-N64-w4-s2-WS; do
@@ -45,22 +56,47 @@ for impl in cudnn safeattn probe-M128-N128-w8-s3 probe-M128-N128-w4-s2 probe-M12
   echo "probe $impl rc=$?" | tee -a "$S/ws.rc"
 done
 python3 docs/perf/ws_forward_probe.py --table "$S/ws.jsonl" >"$S/ws.txt" 2>&1
+fi
 
+if want ncu; then
 step ncu
 timeout 300 ncu --profile-from-start off --section SpeedOfLight --section Occupancy \
   --section WarpStateStats --section LaunchStats --section ComputeWorkloadAnalysis \
   python3 docs/perf/ncu_dense.py >"$S/ncu.txt" 2>&1
 echo "ncu rc=$?"
+fi
 
+if want suites; then
 step suites
-SAFEATTN_HISTORY_BUDGET_S=420 SAFEATTN_RESULTS_MIRROR="$S/results" \
-  timeout 560 bash tools/gpu_history.sh 1 --same --suite SpeedSuite --suite LiveResourcesSuite \
-  --suite ModelStepSuite >"$S/suites.log" 2>&1
+SAFEATTN_HISTORY_BUDGET_S="${SUITES_BUDGET_S:-420}" SAFEATTN_RESULTS_MIRROR="$S/results" \
+  timeout "${SUITES_S:-560}" bash tools/gpu_history.sh 1 --same --suite SpeedSuite \
+  --suite LiveResourcesSuite --suite ModelStepSuite >"$S/suites.log" 2>&1
 echo "suites rc=$?"
+fi
 
+if want d256; then
+step d256
+PYTHONPATH=/tmp/r timeout "${D256_S:-240}" python3 docs/perf/tree_ab.py --label head --d256 >"$S/d256.jsonl" 2>"$S/d256.err"
+echo "d256 rc=$?"
+python3 docs/perf/tree_ab.py --table "$S/d256.jsonl" >"$S/d256.txt" 2>&1
+fi
+
+if want softcap; then
+step softcap
+PROBE_CASES=plain SAFEATTN_AUTOTUNE=0 PROBE_TIMEOUT_S="${SOFTCAP_S:-150}" \
+  timeout $((${SOFTCAP_S:-150} + 30)) python3 docs/perf/softcap_fp32_probe.py >"$S/softcap.txt" 2>&1
+echo "softcap rc=$?"
+fi
+
+if want tests; then
 step tests
-timeout "${TESTS_S:-420}" python3 -m pytest -v --gpu -n 12 tests/test_kernels.py tests/test_hopper.py \
-  tests/test_dbias.py >"$S/tests.log" 2>&1
+# DEADLINE (epoch seconds): the tests get what is left of the session, less 15 s to pack up.
+[ -n "${DEADLINE:-}" ] && TESTS_S=$(( DEADLINE - $(date +%s) - 15 ))
+echo "tests: ${TESTS_S:-420} s"
+# shellcheck disable=SC2086  # TESTS_ENV and TEST_FILES are word lists
+env ${TESTS_ENV:-} timeout "${TESTS_S:-420}" python3 -m pytest -v --gpu -n "${TESTS_N:-12}" \
+  ${TEST_FILES:-tests/test_kernels.py tests/test_hopper.py tests/test_dbias.py} >"$S/tests.log" 2>&1
 echo "tests rc=$?"
+fi
 step done
 touch "$S/done"

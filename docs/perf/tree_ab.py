@@ -9,6 +9,7 @@ persists it in the tuning cache (safeattn.kernels.tuning), which the later ones 
 
     PYTHONPATH=/tmp/base python docs/perf/tree_ab.py --label base >> ab.jsonl
     PYTHONPATH=.          python docs/perf/tree_ab.py --label new  >> ab.jsonl
+    python docs/perf/tree_ab.py --label new --d256 >> d256.jsonl   # D=256 N=4096 instead
     python docs/perf/tree_ab.py --table ab.jsonl
 """
 
@@ -76,8 +77,13 @@ def measure_shape(label: str, dtype_name: str, d: int, n: int, causal: bool) -> 
     return row
 
 
-def measure(label: str) -> None:
-    for shape in SHAPES:
+# Issue 13's D=256 row (D=256 N=4096 causal: B = 4, Hq = 8), which SpeedSuite does not hold.
+D256_SHAPES = [("bfloat16", 256, 4096, True), ("float16", 256, 4096, True),
+               ("bfloat16", 256, 4096, False)]  # fmt: skip
+
+
+def measure(label: str, shapes: list[tuple] = SHAPES) -> None:
+    for shape in shapes:
         print(json.dumps(measure_shape(label, *shape)), flush=True)
 
 
@@ -111,11 +117,12 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--label")
     ap.add_argument("--table", nargs="+")
+    ap.add_argument("--d256", action="store_true", help="the D=256 shapes instead")
     args = ap.parse_args()
     if args.table:
         table(args.table)
     else:
-        measure(args.label)
+        measure(args.label, D256_SHAPES if args.d256 else SHAPES)
     return 0
 
 
