@@ -18,7 +18,7 @@
 #           (or until $DEADLINE), with $TESTS_ENV (e.g. SAFEATTN_AUTOTUNE=0: the first shipped candidate, no tuner)
 set -u
 S="${S:-/tmp/sess}"
-mkdir -p "$S"
+mkdir -p "$S" && rm -f "$S/done"  # a session before this one on the same machine
 exec >"$S/driver.log" 2>&1
 export PYTHONUNBUFFERED=1
 step() { echo "[$(date +%T)] $*"; echo "$*" >"$S/step"; }
