@@ -101,9 +101,10 @@ def spill_free_first(fitting: list, spills: dict, dtype, head_dim_block: int) ->
     from those that fit this GPU (``spills``: each one's compiled local memory, bytes per
     thread). fp16/bf16 at head-dim tiles <= 128 must not spill (issue 13's register budget,
     which LiveResourcesSuite tracks): there, the spilling ones are dropped while one fits
-    without. Why: the run-time tuner on an H200 took dK/dV M32-N128-w4-s3 (bf16, D=64),
-    which spilled 8 B, and a spill the timing hides on one shape costs on the next. fp32
-    and D=256 keep every candidate: some of their kernels spill in every config."""
+    without. Why: the H200, whose table lacks the Hopper-path keys, tunes them at run time,
+    and its LiveResourcesSuite showed a run-time-tuned dK/dV (bf16, D=64) at 8 B spilled
+    (82c66b4); a spill the timing hides on one shape costs on the next. fp32 and D=256 keep
+    every candidate: some of their kernels spill in every config."""
     import torch  # here, not at module level: tools read tables without the kernels
 
     if dtype == torch.float32 or head_dim_block > 128:
