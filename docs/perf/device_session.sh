@@ -9,6 +9,7 @@
 # (default /tmp/sess):
 #   ab      docs/perf/tree_ab.py: BASE's safeattn against HEAD's, alternating processes, x2
 #   gqa     docs/perf/gqa_dkdv_probe.py: BASE's GQA dK/dV candidates against HEAD's, once each
+#           (GQA_TREES=new: HEAD's only)
 #   probe   docs/perf/ws_forward_probe.py: one process per implementation, each under a
 #           timeout (a warp-specialised kernel that deadlocks must not stall the session)
 #   ncu     docs/perf/ncu_dense.py under Nsight Compute: forward, dK/dV, dQ of D=128 N=4096
@@ -30,7 +31,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.used --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 rm -rf /tmp/r /tmp/base
 git clone -q -b main .bundle/repo.bundle /tmp/r && cp -r .whl /tmp/r/
-if want ab || want gqa; then
+if want ab || [[ " ${GQA_TREES:-base} " == *" base "* ]] && want gqa; then
   mkdir -p /tmp/base && git -C /tmp/r archive "${BASE:?BASE=<commit>}" safeattn | tar -x -C /tmp/base
 fi
 cd /tmp/r || exit 1
@@ -51,7 +52,7 @@ fi
 
 if want gqa; then
 step gqa
-for t in base new; do
+for t in ${GQA_TREES:-base new}; do
   tree=/tmp/base
   [ "$t" = new ] && tree=/tmp/r
   PYTHONPATH=$tree timeout "${GQA_S:-240}" python3 docs/perf/gqa_dkdv_probe.py --label "$t" >>"$S/gqa.jsonl" 2>>"$S/gqa.err"

@@ -342,7 +342,9 @@ def _dkdv_inner(
         g = 0
         i = j
         if HEADS:
-            g = j // count
+            # max: never a division by 0 (count = 0 runs no iteration, but a pipelined
+            # prologue computes the first one's addresses, and LLVM takes x/0 as impossible)
+            g = j // tl.maximum(count, 1)
             i = j - g * count
         g64 = tl.cast(g, tl.int64)
         dk, dv = _dkdv_step(

@@ -189,8 +189,10 @@ def _record(name: str, cfg: KernelConfig, compiled, source: str) -> None:
 
 
 def _spill_bytes(compiled) -> int:
-    """Local memory per thread in bytes: Triton's ``n_spills`` is CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
-    divided by 4; the static audit reports cuobjdump's LOCAL bytes, so both use bytes."""
+    """Local memory per thread in bytes (Triton's ``n_spills``: LOCAL_SIZE_BYTES / 4, loaded
+    here for a ``warmup`` kernel, as Triton reads it only when it loads the binary)."""
+    if getattr(compiled, "n_spills", None) is None and hasattr(compiled, "_init_handles"):
+        compiled._init_handles()
     words = getattr(compiled, "n_spills", None)
     return -1 if words is None else int(words) * 4
 
