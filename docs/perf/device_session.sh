@@ -31,7 +31,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.used --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 rm -rf /tmp/r /tmp/base
 git clone -q -b main .bundle/repo.bundle /tmp/r && cp -r .whl /tmp/r/
-if want ab || [[ " ${GQA_TREES:-base} " == *" base "* ]] && want gqa; then
+if want ab || { want gqa && [[ " ${GQA_TREES:-base} " == *" base "* ]]; }; then
   mkdir -p /tmp/base && git -C /tmp/r archive "${BASE:?BASE=<commit>}" safeattn | tar -x -C /tmp/base
 fi
 cd /tmp/r || exit 1
