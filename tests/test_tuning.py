@@ -58,13 +58,17 @@ class FakeKernel:
     def _config(kw: dict) -> str:
         return str(KernelConfig(kw["BLOCK_M"], kw["BLOCK_N"], kw["num_warps"], kw["num_stages"]))
 
-    def _binary(self, cfg: str):
-        return SimpleNamespace(metadata=SimpleNamespace(shared=self.shared.get(cfg, 1024)),
-                               n_regs=96, n_spills=self.spills.get(cfg, 0))  # fmt: skip
+    def _binary(self, cfg: str, loaded: bool = True):
+        # As Triton's: a kernel from warmup() knows its spills once loaded (_init_handles).
+        words = self.spills.get(cfg, 0)
+        binary = SimpleNamespace(metadata=SimpleNamespace(shared=self.shared.get(cfg, 1024)),
+                                 n_regs=96, n_spills=words if loaded else None)  # fmt: skip
+        binary._init_handles = lambda: setattr(binary, "n_spills", words)
+        return binary
 
     def warmup(self, *args, grid, **kw):
         self.compiled.append(self._config(kw))
-        return self._binary(self._config(kw))
+        return self._binary(self._config(kw), loaded=False)
 
     def __getitem__(self, grid):
         def run(*args, **kw):
