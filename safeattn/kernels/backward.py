@@ -570,10 +570,10 @@ def _bwd_dkdv(
         rng_seed = tl.load(Seed)
     # Dense GQA: the group's heads run inside each query-block loop (_dkdv_inner's HEADS), not
     # around the loops: nested, the head loop held 40-55 more registers (sm90, triton 3.6) and
-    # the D=128 tiles spilled. Each range still sums head by head (the order changes only
-    # where a key block has two ranges: the diagonal's masked blocks, then the full ones).
+    # the D=128 tiles spilled. Each range sums head by head, so the order changes where a key
+    # block has more than one range (masked diagonal or tail blocks, beside the full ones).
     # fp32 keeps the nested order its accuracy tests were set on: the H200 failed the fp32
-    # softcap case (at its bound) with the flat one.
+    # softcap case (at its bound, a masked tail) with the flat one.
     FLAT: tl.constexpr = GQA and not SPARSE and DOT_PRECISION != "ieee"
     for g in tl.range(0, group if GQA and not FLAT else 1):
         h64 = (h_kv * group + g).to(tl.int64)
