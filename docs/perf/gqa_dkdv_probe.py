@@ -20,13 +20,8 @@ import sys
 from collections import defaultdict
 
 SHAPES = [(64, False, 4), (64, True, 4), (128, False, 4), (128, True, 4), (64, False, 1)]
-EXTRA = {64: ["M64-N128-w8-s2"], 128: ["M64-N64-w4-s3", "M64-N64-w8-s2"]}  # beside the shipped
-
-
-def _config(text: str):
-    from safeattn.kernels.configs import KernelConfig
-
-    return KernelConfig(*(int(x[1:]) for x in text.split("-")))
+# (BLOCK_M, BLOCK_N, warps, stages) timed beside the shipped dK/dV candidates
+EXTRA = {64: [(64, 128, 8, 2)], 128: [(64, 64, 4, 3), (64, 64, 8, 2)]}
 
 
 def measure(label: str, d: int, causal: bool, gqa: int, seen: list) -> dict:
@@ -77,7 +72,7 @@ def probe(label: str) -> None:
         listed = shipped(kernel, bd, dtype, smem_limit, masked, tma, dropout)
         if kernel != "bwd_dkdv":
             return listed[:1]
-        extra = [_config(c) for c in EXTRA.get(bd, [])]
+        extra = [configs.KernelConfig(*c) for c in EXTRA.get(bd, [])]
         return listed + [c for c in extra if c not in listed]
 
     def every_candidate(fitting, spills, dtype, head_dim_block):
