@@ -23,6 +23,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import triton.testing
+from triton.runtime.errors import OutOfResources
 
 from safeattn.kernels import configs, launch, tuning
 from safeattn.kernels.configs import KernelConfig
@@ -63,7 +64,13 @@ class FakeKernel:
         words = self.spills.get(cfg, 0)
         binary = SimpleNamespace(metadata=SimpleNamespace(shared=self.shared.get(cfg, 1024)),
                                  n_regs=96, n_spills=words if loaded else None)  # fmt: skip
-        binary._init_handles = lambda: setattr(binary, "n_spills", words)
+
+        def load() -> None:  # as Triton's: loading a binary over the GPU's shared memory raises
+            if binary.metadata.shared > LIMIT:
+                raise OutOfResources(binary.metadata.shared, LIMIT, "shared memory")
+            binary.n_spills = words
+
+        binary._init_handles = load
         return binary
 
     def warmup(self, *args, grid, **kw):

@@ -321,9 +321,9 @@ def _choose(name, fn, grid, args_of, meta, dtype, device, key, gpu_names, extra)
             compiled = fn.warmup(*args_of(cfg), grid=grid(cfg), **kwargs)
         except Exception as exc:  # a compiler crash on one candidate must not fail the call
             return str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-        shared, spills[cfg] = int(compiled.metadata.shared), _spill_bytes(compiled)
-        if not configs.fits(shared, limit):
+        if not configs.fits(shared := int(compiled.metadata.shared), limit):
             return f"needs {shared} bytes of shared memory, the GPU has {limit}"
+        spills[cfg] = _spill_bytes(compiled)  # loads it: a misfit would raise OutOfResources
         return None
 
     spills: dict[KernelConfig, int] = {}
