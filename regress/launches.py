@@ -19,16 +19,22 @@ CONFIG_CHANGE = "config_change"
 _FLAGGED = frozenset({"failure", "regression", "improvement"})
 
 
+def _key(suite: str, params: dict[str, Any]) -> tuple[str, str]:
+    """(suite, parameters in name order): the records' params come sorted by name
+    (benchmarks/_launches.py writes them with ``sort_keys``), a row's in the suite's order."""
+    return str(suite), format_param_key(dict(sorted(params.items())))
+
+
 def launched_configs(info: dict[str, Any], commit: str) -> dict[tuple[str, str], dict]:
-    """``{(suite, param_key): {kernel: config}}`` of one commit on one machine: the
-    ``safeattn_launches`` of its ``versions-<sha>.json`` sidecar (``info``: the machine's
+    """``{(suite, param_key in name order): {kernel: config}}`` of one commit on one machine:
+    the ``safeattn_launches`` of its ``versions-<sha>.json`` sidecar (``info``: the machine's
     entry of ``LoadedResults.machines``); empty when not recorded."""
     sidecar = (info.get("sidecars") or {}).get(f"versions-{commit}.json")
     records = sidecar.get("safeattn_launches") if isinstance(sidecar, dict) else None
     out: dict[tuple[str, str], dict] = {}
     for record in records if isinstance(records, list) else []:
         try:
-            key = (str(record["suite"]), format_param_key(record["params"]))
+            key = _key(record["suite"], record["params"])
             out[key] = {str(k): str(v) for k, v in record["configs"].items()}
         except (KeyError, TypeError, AttributeError):
             continue  # a malformed record says nothing
@@ -51,7 +57,7 @@ def note_config_change(row: dict[str, Any], base: dict, head: dict) -> None:
     safeattn row ran with another config on head than on base."""
     if row["peer"]:
         return
-    key = (row["suite"], format_param_key(row["params"]))
+    key = _key(row["suite"], row["params"])
     if key not in base or key not in head:
         return
     b, h = base[key], head[key]

@@ -6,6 +6,7 @@ test_results.py."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import random
 
@@ -405,11 +406,14 @@ def test_aa_report_counts_false_alarms(tmp_path_factory, capsys):
 
 def _with_launches(loaded: LoadedResults, configs_by_sha: dict[str, dict]) -> LoadedResults:
     """``loaded`` with tools/run.py's ``safeattn_launches`` in the commits' sidecars:
-    the configs the safeattn head_dim=64 row of the toy SpeedSuite (and its peer) ran."""
+    the configs the safeattn head_dim=64 row of the toy SpeedSuite (and its peer) ran, each
+    record as benchmarks/_launches.py writes it (``sort_keys``: its params in name order,
+    not the suite's, which is impl, head_dim)."""
     sidecars = {
         f"versions-{sha}.json": {"gpu": None, "safeattn_launches": [
-            {"suite": "suite.SpeedSuite", "params": {"impl": impl, "head_dim": 64},
-             "configs": configs, "sources": {}}
+            json.loads(json.dumps(
+                {"suite": "suite.SpeedSuite", "params": {"impl": impl, "head_dim": 64},
+                 "configs": configs, "sources": {}}, sort_keys=True))
             for impl in ("safeattn", "sdpa_flash")
         ]}
         for sha, configs in configs_by_sha.items()
