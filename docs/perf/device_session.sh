@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # One device session of issue 13's kernel work, run detached (setsid) so that it outlives a
-# single 10-minute device command; later commands poll $S/done and collect $S.
+# single 10-minute device command; later commands poll it with docs/perf/device_poll.sh,
+# which hands back all of $S as one file each time (a released machine loses the rest).
 #
 #   here:   git bundle create .bundle/repo.bundle main        (carry .bundle and .whl)
-#   device: STEPS="suites d256 tests" BASE=<commit> setsid bash docs/perf/device_session.sh &
+#   device: STEPS="suites d256 tests" BASE=<commit> setsid bash docs/perf/device_session.sh \
+#             >/dev/null 2>&1 & echo $! >/tmp/sess.pid; bash docs/perf/device_poll.sh
 #
 # Steps (STEPS, in this order; default: ab probe ncu suites tests), each logged under $S
 # (default /tmp/sess):
