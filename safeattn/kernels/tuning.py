@@ -28,7 +28,8 @@ Both kinds of file have one format (:func:`dumps`): a JSON object with ``schema`
     "forward bfloat16 d128 q4096 k4096 varlen=0 ... deterministic=0":
         {"config": "M64-N64-w4-s3", "times_ms": {"M64-N64-w4-s3": 0.4121, ...}}
 
-``times_ms`` is the tuner's evidence (median ms per fitting candidate), kept for review;
+``times_ms`` is the tuner's evidence (median ms per fitting candidate; empty when only one
+candidate was left to choose, e.g. the only spill-free one), kept for review;
 only ``config`` is read back. Writes are atomic (a temporary file, then
 ``os.replace``) under an advisory lock, so concurrent processes never leave a torn file.
 
