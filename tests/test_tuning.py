@@ -60,12 +60,13 @@ class FakeKernel:
         return str(KernelConfig(kw["BLOCK_M"], kw["BLOCK_N"], kw["num_warps"], kw["num_stages"]))
 
     def _binary(self, cfg: str, loaded: bool = True):
-        # As Triton's: a kernel from warmup() knows its spills once loaded (_init_handles).
+        # As Triton's: a kernel from warmup() knows its spills once loaded (_init_handles),
+        # and loading one over the GPU's shared memory raises.
         words = self.spills.get(cfg, 0)
         binary = SimpleNamespace(metadata=SimpleNamespace(shared=self.shared.get(cfg, 1024)),
                                  n_regs=96, n_spills=words if loaded else None)  # fmt: skip
 
-        def load() -> None:  # as Triton's: loading a binary over the GPU's shared memory raises
+        def load() -> None:
             if binary.metadata.shared > LIMIT:
                 raise OutOfResources(binary.metadata.shared, LIMIT, "shared memory")
             binary.n_spills = words
