@@ -601,7 +601,10 @@ def _attn_fwd(
     Why not a second pass inside one launch: it kept every tile of the first pass live
     across the branch, and the kernel spilled (H100, causal D=128 M128-N128-w8: a 1,568-byte
     stack frame with it, none without; docs/perf/spill_check_h100_2026-11-27.log)."""
-    pid_m = tl.program_id(0)
+    # Last query block first: under causal, a key mask or a block mask the later rows see
+    # the most keys, and the GPU starts programs in launch order, so the heaviest start
+    # first and the last wave is light instead of one long tail. Even work loses nothing.
+    pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     pid_bh = tl.program_id(1)
     MAY_EXCLUDE: tl.constexpr = (
         HAS_WINDOW_LEFT or HAS_WINDOW_RIGHT or HAS_KEY_MASK or MASK_KIND != 0
