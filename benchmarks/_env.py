@@ -2,9 +2,10 @@
 asv imports it but finds no benchmark; ``benchmarks/__init__`` imports it first).
 
 On import it puts back the ``PYTHONPATH`` entries asv took off ``sys.path``
-(:func:`restore_pythonpath`) and pins one Triton cache for every benchmark process
-(``TRITON_CACHE_DIR``). Then: quick mode, whether CUDA is usable (decided without importing
-torch), and the switch to Triton's interpreter for the CPU suites.
+(:func:`restore_pythonpath`) and pins one Triton cache and one assembler for every benchmark
+process (``TRITON_CACHE_DIR``, ``TRITON_PTXAS_PATH``). Then: quick mode, whether CUDA is
+usable (decided without importing torch), and the switch to Triton's interpreter for the CPU
+suites.
 """
 
 from __future__ import annotations
@@ -34,6 +35,35 @@ os.environ.setdefault(
     TRITON_CACHE_ENV,
     os.path.join(os.environ.get("TRITON_HOME") or os.path.expanduser("~"), ".triton", "cache"),
 )
+
+# One assembler for every benchmark process, for the same reason. Inductor also points
+# TRITON_PTXAS_PATH at torch's own ptxas (torch/bin/ptxas) the first time it compiles in a
+# process, so a safeattn kernel built before a FlexAttention peer and one built after it were
+# assembled by different ptxas. On the H200 (torch 2.11+cu130: CUDA 13.0's ptxas; Triton 3.6
+# bundles 12.8's) the same dK/dV source and config came out at 232 registers and 8 B spilled
+# or at 229 and none, so LiveResourcesSuite (no peer in its process) and SpeedSuite (peers
+# first) measured different binaries (docs/perf/live_determinism_h200_2026-11-28.md). Pinned
+# here to the one Inductor picks, unless the user set it.
+PTXAS_ENV = "TRITON_PTXAS_PATH"
+
+
+def torch_ptxas(torch_dir: Path | None = None) -> str | None:
+    """The ptxas Inductor would point Triton at: torch's own, where it is an executable file
+    (torch 2.11 keeps it in torch/bin, 2.13's Inductor looks in torch/_inductor/bin), found
+    without importing torch; None where torch ships none (CPU wheels)."""
+    if torch_dir is None:
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.origin is None:
+            return None
+        torch_dir = Path(spec.origin).parent
+    for ptxas in (torch_dir / "bin" / "ptxas", torch_dir / "_inductor" / "bin" / "ptxas"):
+        if ptxas.is_file() and os.access(ptxas, os.X_OK):
+            return str(ptxas)
+    return None
+
+
+if PTXAS_ENV not in os.environ and (_ptxas := torch_ptxas()) is not None:
+    os.environ[PTXAS_ENV] = _ptxas
 
 
 def restore_pythonpath() -> list[str]:

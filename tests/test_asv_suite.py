@@ -722,6 +722,44 @@ def test_benchmark_processes_share_one_triton_cache(preset, tmp_path):
     assert out == [expected, expected]
 
 
+@pytest.mark.parametrize("preset", [None, "/opt/cuda/bin/ptxas"])
+def test_benchmark_processes_share_one_assembler(preset, tmp_path):
+    """Importing the suites' helpers pins TRITON_PTXAS_PATH to torch's ptxas (unless set), so
+    that a safeattn kernel is assembled by the same ptxas whether Inductor (which points
+    Triton at torch's ptxas once it compiles) ran before it in the process or not. Here a fake
+    torch package with an executable bin/ptxas stands in for a CUDA wheel."""
+    import os
+
+    fake = tmp_path / "site" / "torch"
+    (fake / "bin").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    ptxas = fake / "bin" / "ptxas"
+    ptxas.write_text("#!/bin/sh\n")
+    ptxas.chmod(0o755)
+    code = "import os, benchmarks._env; print(os.environ.get('TRITON_PTXAS_PATH'))"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_PTXAS_PATH"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(tmp_path / "site")])
+    if preset:
+        env["TRITON_PTXAS_PATH"] = preset
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
+                         text=True, check=True).stdout.split()  # fmt: skip
+    assert out == [preset or str(ptxas)]
+
+
+def test_no_assembler_is_pinned_where_torch_ships_none(tmp_path):
+    """A torch without its own ptxas (the CPU wheel): Triton keeps its bundled one."""
+    from benchmarks import _env
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "ptxas").write_text("not executable")
+    assert _env.torch_ptxas(tmp_path) is None
+    (tmp_path / "_inductor" / "bin").mkdir(parents=True)
+    inductor = tmp_path / "_inductor" / "bin" / "ptxas"
+    inductor.write_text("#!/bin/sh\n")
+    inductor.chmod(0o755)
+    assert _env.torch_ptxas(tmp_path) == str(inductor)
+
+
 def test_grids_measure_only_the_selected_combinations(monkeypatch):
     """$SAFEATTN_BENCH_ONLY narrows a suite's setup_cache grid; the rest is skipped (NaN)."""
     measured = []
