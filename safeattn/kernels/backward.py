@@ -981,7 +981,7 @@ def _bwd_dq(
     the first writes, per program, whether its dQ came out non-finite (``Leaked``); the
     second (GUARD=True) redoes only those programs with the guard. A second pass inside one
     launch spilled (sm90, D=64 M128-N64-w4: a 344-byte stack frame with it, none without)."""
-    pid_m = tl.num_programs(0) - 1 - tl.program_id(0)  # heaviest first (forward._attn_fwd)
+    pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     MAY_EXCLUDE: tl.constexpr = (
         HAS_WINDOW_LEFT or HAS_WINDOW_RIGHT or HAS_KEY_MASK or MASK_KIND != 0
