@@ -37,6 +37,7 @@ from .forward import (
     _kept,
     _key_ranges,
     _list_start,
+    _program_ids,
     _rng_width,
     _scores,
     _softcap,
@@ -454,7 +455,7 @@ def _dkdv_head(
     return dk, dv
 
 
-@triton.jit(do_not_specialize=["seq_q", "seq_k", "window_left", "window_right"])
+@triton.jit(do_not_specialize=["seq_q", "seq_k", "window_left", "window_right", "sched_chunk"])
 def _bwd_dkdv(
     Q, K, V, dOut, Lse2, Delta, dK, dV, Leaked, Seed,
     KeyMask, AttnMask, CuSeqQ, CuSeqK, FullNum, FullIdx, PartNum, PartIdx,
@@ -471,6 +472,7 @@ def _bwd_dkdv(
     stride_amb, stride_amh, stride_amm, stride_amn,
     stride_snb, stride_snh, stride_sib, stride_sih, stride_sir,
     heads_kv, group, seq_q, seq_k, window_left, window_right, head_dim,
+    sched_chunk,  # (b, h_kv) pairs per chunk of the launch order (forward._program_ids)
     IS_VARLEN: tl.constexpr,
     BOTTOM_RIGHT: tl.constexpr,
     HAS_WINDOW_LEFT: tl.constexpr,
@@ -505,8 +507,8 @@ def _bwd_dkdv(
     wgmmas of a pipelined loop (C7515, docs/perf/dkdv_h100_2026-11-25.md), and a second
     pass in the same kernel doubled it and spilled. A program whose results overflowed with
     no empty row is flagged too; its redo computes the same numbers, so only time is lost."""
-    pid_n = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    # Under causal the first key blocks see the most query rows: they start first.
+    pid_n, pid_bh = _program_ids(sched_chunk, False)
     leak_at = Leaked + pid_bh * tl.num_programs(0) + pid_n
     if GUARD:  # noqa: SIM102 (a constexpr and a tensor test do not combine with `and`)
         if tl.load(leak_at) == 0:
@@ -937,7 +939,7 @@ def _dq_rows(
     return dq
 
 
-@triton.jit(do_not_specialize=["seq_q", "seq_k", "window_left", "window_right"])
+@triton.jit(do_not_specialize=["seq_q", "seq_k", "window_left", "window_right", "sched_chunk"])
 def _bwd_dq(
     Q, K, V, dOut, Lse2, Delta, dQ, Leaked, DBias, Seed,
     KeyMask, AttnMask, CuSeqQ, CuSeqK, FullNum, FullIdx, PartNum, PartIdx,
@@ -954,6 +956,7 @@ def _bwd_dq(
     stride_dbb, stride_dbh, stride_dbm, stride_dbn,
     stride_snb, stride_snh, stride_sib, stride_sih, stride_sir,
     heads_q, group, seq_q, seq_k, window_left, window_right, head_dim,
+    sched_chunk,  # (b, h) pairs per chunk of the launch order (forward._program_ids)
     IS_VARLEN: tl.constexpr,
     BOTTOM_RIGHT: tl.constexpr,
     HAS_WINDOW_LEFT: tl.constexpr,
@@ -981,8 +984,8 @@ def _bwd_dq(
     the first writes, per program, whether its dQ came out non-finite (``Leaked``); the
     second (GUARD=True) redoes only those programs with the guard. A second pass inside one
     launch spilled (sm90, D=64 M128-N64-w4: a 344-byte stack frame with it, none without)."""
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    # As the forward: the last query blocks, which see the most keys, start first.
+    pid_m, pid_bh = _program_ids(sched_chunk, True)
     MAY_EXCLUDE: tl.constexpr = (
         HAS_WINDOW_LEFT or HAS_WINDOW_RIGHT or HAS_KEY_MASK or MASK_KIND != 0
     )

@@ -88,6 +88,32 @@ def _allowed_pairs(
 
 
 @triton.jit
+def _program_ids(sched_chunk, HEAVY_LAST: tl.constexpr):
+    """(block, bh) of this program in a (blocks, B * heads) grid, in the launch order of
+    ``kernels/schedule.py``: the (b, h) pairs in chunks of ``sched_chunk`` (the last chunk
+    takes the remainder), and inside a chunk block by block across its pairs, the heaviest
+    block first (the last one when HEAVY_LAST, the first otherwise).
+
+    Why: under causal (or a window or mask) the programs' work differs by up to the number of
+    blocks, and the GPU starts programs in launch order; with the blocks of one pair after
+    another, heavy programs of the last pairs started in the last wave and ran alone. Chunks
+    keep the K/V (or Q/dO) that the programs in flight read small enough for L2."""
+    n_blk = tl.num_programs(0)
+    n_bh = tl.num_programs(1)
+    lin = tl.program_id(1) * n_blk + tl.program_id(0)  # launch order: axis 0 fastest
+    n_chunks = tl.maximum(n_bh // sched_chunk, 1)
+    chunk = tl.minimum(lin // (sched_chunk * n_blk), n_chunks - 1)
+    first = chunk * sched_chunk
+    width = tl.where(chunk == n_chunks - 1, n_bh - first, sched_chunk)
+    r = lin - first * n_blk
+    step = r // width
+    bh = first + r - step * width
+    if HEAVY_LAST:
+        return n_blk - 1 - step, bh
+    return step, bh
+
+
+@triton.jit
 def _tma_tile(desc, b, h, row):
     """The (rows, D) tile at row ``row`` of head (b, h) through a [1, 1, rows, D] tensor
     descriptor (the Hopper path, kernels/hopper.py); out-of-bounds elements read as 0."""
@@ -532,7 +558,7 @@ def _fwd_rows(
     return acc, m_i, l_i, row_bad
 
 
-@triton.jit(do_not_specialize=["seq_q", "seq_k", "window_left", "window_right"])
+@triton.jit(do_not_specialize=["seq_q", "seq_k", "window_left", "window_right", "sched_chunk"])
 def _attn_fwd(
     Q,
     K,
@@ -571,6 +597,7 @@ def _attn_fwd(
     window_left,
     window_right,
     head_dim,
+    sched_chunk,  # (b, h) pairs per chunk of the launch order (_program_ids, kernels/schedule.py)
     IS_VARLEN: tl.constexpr,
     BOTTOM_RIGHT: tl.constexpr,
     HAS_WINDOW_LEFT: tl.constexpr,
@@ -601,11 +628,9 @@ def _attn_fwd(
     Why not a second pass inside one launch: it kept every tile of the first pass live
     across the branch, and the kernel spilled (H100, causal D=128 M128-N128-w8: a 1,568-byte
     stack frame with it, none without; docs/perf/spill_check_h100_2026-11-27.log)."""
-    # Last query block first: under causal, a key mask or a block mask the later rows see
-    # the most keys, and the GPU starts programs in launch order, so the heaviest start
-    # first and the last wave is light instead of one long tail. Even work loses nothing.
-    pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    # Under causal, a key mask or a block mask the later rows see the most keys: the last
+    # query blocks start first (_program_ids), so the last wave is light.
+    pid_m, pid_bh = _program_ids(sched_chunk, True)
     MAY_EXCLUDE: tl.constexpr = (
         HAS_WINDOW_LEFT or HAS_WINDOW_RIGHT or HAS_KEY_MASK or MASK_KIND != 0
     )

@@ -15,7 +15,7 @@ import os
 import torch
 import triton
 
-from . import configs, hopper, launch
+from . import configs, hopper, launch, schedule
 from .backward import _bwd_dkdv, _bwd_dq
 from .forward import _attn_fwd, _dropout_keep
 from .launch import Meta
@@ -129,9 +129,11 @@ def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None, 
             *_lse_strides(lse2, meta.varlen), *km_s, *am_s, *tiles[4:],
             meta.heads_q, meta.heads_q // meta.heads_kv, meta.seq_q, meta.seq_k,
             meta.window_left, meta.window_right, meta.head_dim,
+            schedule.sched_chunk(c, *grid(c), kv_bytes, q.device),
         )  # fmt: skip
 
     grid = lambda c: (triton.cdiv(meta.seq_q, c.block_m), meta.batch * meta.heads_q)
+    kv_bytes = _head_bytes(meta.seq_k, meta, q) // (meta.heads_q // meta.heads_kv)
     # FOLD_SCALE: forward._fwd_step's scale folding, exact for a positive scale only.
     extra = {"USE_TMA": tma, "HAS_DROPOUT": meta.dropout_p > 0, "FOLD_SCALE": meta.scale > 0}
     cfg = launch._launch(
@@ -141,6 +143,12 @@ def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None, 
         launch.launch_guarded_redo("forward", _attn_fwd, grid(cfg), args, meta, q.dtype, q.device,
                                    cfg, extra)  # fmt: skip
     return out, lse2
+
+
+def _head_bytes(seq: int, meta: Meta, t: torch.Tensor) -> int:
+    """Bytes of two (seq, D) tiles of one head (K and V, or Q and dO): what the programs of
+    one (b, h) pair read in common (schedule.chunk_size)."""
+    return 2 * seq * meta.head_dim * t.element_size()
 
 
 def _seed(seed, meta: Meta, fallback: torch.Tensor) -> torch.Tensor:
@@ -213,6 +221,7 @@ def backward(
         *_lse_strides(lse2, meta.varlen), *km_s, *am_s, *tiles_t[4:],
         meta.heads_kv, group, meta.seq_q, meta.seq_k,
         meta.window_left, meta.window_right, meta.head_dim,
+        schedule.sched_chunk(c, *kv_grid(c), _head_bytes(meta.seq_q, meta, q) * group, dev),
     )  # fmt: skip
     kv_grid = lambda c: (triton.cdiv(meta.seq_k, c.block_n), meta.batch * meta.heads_kv)
     kv_extra = {"GQA": group > 1, "USE_TMA": tma, "HAS_DROPOUT": meta.dropout_p > 0,
@@ -236,6 +245,7 @@ def backward(
         *(db.stride() if db is not None else (0, 0, 0, 0)), *tiles[4:],
         meta.heads_q, group, meta.seq_q, meta.seq_k,
         meta.window_left, meta.window_right, meta.head_dim,
+        schedule.sched_chunk(c, *q_grid(c), _head_bytes(meta.seq_k, meta, q) // group, dev),
     )  # fmt: skip
     q_grid = lambda c: (triton.cdiv(meta.seq_q, c.block_m), meta.batch * meta.heads_q)
     extra = {"USE_TMA": tma, "HAS_DBIAS": db is not None, "HAS_DROPOUT": meta.dropout_p > 0}
