@@ -65,5 +65,10 @@ def test_chunk_size_rule():
 
 def test_sched_chunk_counts_two_programs_per_sm_at_four_warps():
     cpu = torch.device("cpu")  # one "SM", no L2 limit
-    assert schedule.sched_chunk(KernelConfig(64, 64, 4, 2), 1, 16, 1, cpu) == 4
-    assert schedule.sched_chunk(KernelConfig(128, 128, 8, 2), 1, 16, 1, cpu) == 2
+    assert schedule.sched_chunk(KernelConfig(64, 64, 4, 2), 1, 16, 1, cpu, True) == 4
+    assert schedule.sched_chunk(KernelConfig(128, 128, 8, 2), 1, 16, 1, cpu, True) == 2
+
+
+def test_even_work_keeps_one_pair_per_chunk():
+    cpu = torch.device("cpu")
+    assert schedule.sched_chunk(KernelConfig(64, 64, 4, 2), 1, 16, 1, cpu, False) == 1

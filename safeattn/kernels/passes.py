@@ -129,7 +129,7 @@ def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None, 
             *_lse_strides(lse2, meta.varlen), *km_s, *am_s, *tiles[4:],
             meta.heads_q, meta.heads_q // meta.heads_kv, meta.seq_q, meta.seq_k,
             meta.window_left, meta.window_right, meta.head_dim,
-            schedule.sched_chunk(c, *grid(c), kv_bytes, q.device),
+            schedule.sched_chunk(c, *grid(c), kv_bytes, q.device, may_empty),
         )  # fmt: skip
 
     grid = lambda c: (triton.cdiv(meta.seq_q, c.block_m), meta.batch * meta.heads_q)
@@ -221,7 +221,9 @@ def backward(
         *_lse_strides(lse2, meta.varlen), *km_s, *am_s, *tiles_t[4:],
         meta.heads_kv, group, meta.seq_q, meta.seq_k,
         meta.window_left, meta.window_right, meta.head_dim,
-        schedule.sched_chunk(c, *kv_grid(c), _head_bytes(meta.seq_q, meta, q) * group, dev),
+        schedule.sched_chunk(
+            c, *kv_grid(c), _head_bytes(meta.seq_q, meta, q) * group, dev, may_empty
+        ),
     )  # fmt: skip
     kv_grid = lambda c: (triton.cdiv(meta.seq_k, c.block_n), meta.batch * meta.heads_kv)
     kv_extra = {"GQA": group > 1, "USE_TMA": tma, "HAS_DROPOUT": meta.dropout_p > 0,
@@ -245,7 +247,9 @@ def backward(
         *(db.stride() if db is not None else (0, 0, 0, 0)), *tiles[4:],
         meta.heads_q, group, meta.seq_q, meta.seq_k,
         meta.window_left, meta.window_right, meta.head_dim,
-        schedule.sched_chunk(c, *q_grid(c), _head_bytes(meta.seq_k, meta, q) // group, dev),
+        schedule.sched_chunk(
+            c, *q_grid(c), _head_bytes(meta.seq_k, meta, q) // group, dev, may_empty
+        ),
     )  # fmt: skip
     q_grid = lambda c: (triton.cdiv(meta.seq_q, c.block_m), meta.batch * meta.heads_q)
     extra = {"USE_TMA": tma, "HAS_DBIAS": db is not None, "HAS_DROPOUT": meta.dropout_p > 0}

@@ -16,6 +16,12 @@ chunk size is a trade:
   forward and dQ, Q and dO in dK/dV) stays within half the L2 cache, as it did with the
   blocks of one pair after another. Where the two disagree, L2 wins: a miss there costs the
   whole kernel, a tail a fraction of a wave.
+
+Only where the work is uneven (causal, a window or a mask: ``Meta.may_have_empty_rows``).
+Without them every program does the same work and there is no tail to fill, while the chunk
+still widens what is in flight: on an H200 (docs/perf/tree_ab.py, two processes per tree) the
+non-causal D=128 forward ran 2.5 % slower in chunks of 9 pairs than pair by pair, so even
+work keeps chunks of one pair, the order before.
 """
 
 from __future__ import annotations
@@ -58,10 +64,18 @@ def chunk_size(
 
 
 def sched_chunk(
-    cfg: KernelConfig, n_blocks: int, n_bh: int, bytes_per_bh: int, device: torch.device
+    cfg: KernelConfig,
+    n_blocks: int,
+    n_bh: int,
+    bytes_per_bh: int,
+    device: torch.device,
+    uneven: bool,
 ) -> int:
-    """:func:`chunk_size` for a launch of ``cfg`` on ``device``: two programs per SM at 4
-    warps (the kernels' 4-warp configs use under half the register file), one at 8."""
+    """:func:`chunk_size` for a launch of ``cfg`` on ``device`` where the programs' work is
+    ``uneven``, else 1 (see the module docstring): two programs per SM at 4 warps (the
+    kernels' 4-warp configs use about half the register file or less), one at 8."""
+    if not uneven:
+        return 1
     sms, l2 = device_slots(device)
     per_sm = 2 if cfg.num_warps <= 4 else 1
     return chunk_size(n_blocks, n_bh, sms * per_sm, bytes_per_bh, l2)
