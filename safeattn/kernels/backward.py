@@ -507,8 +507,13 @@ def _bwd_dkdv(
     wgmmas of a pipelined loop (C7515, docs/perf/dkdv_h100_2026-11-25.md), and a second
     pass in the same kernel doubled it and spilled. A program whose results overflowed with
     no empty row is flagged too; its redo computes the same numbers, so only time is lost."""
-    # Under causal the first key blocks see the most query rows: they start first.
-    pid_n, pid_bh = _program_ids(sched_chunk, False)
+    # Under causal the first key blocks see the most query rows: they start first, and the
+    # Hopper path takes the (b, h) pairs in chunks (forward._program_ids, its note).
+    if USE_TMA:
+        pid_n, pid_bh = _program_ids(sched_chunk, False)
+    else:
+        pid_n = tl.program_id(0)
+        pid_bh = tl.program_id(1)
     leak_at = Leaked + pid_bh * tl.num_programs(0) + pid_n
     if GUARD:  # noqa: SIM102 (a constexpr and a tensor test do not combine with `and`)
         if tl.load(leak_at) == 0:
@@ -984,8 +989,13 @@ def _bwd_dq(
     the first writes, per program, whether its dQ came out non-finite (``Leaked``); the
     second (GUARD=True) redoes only those programs with the guard. A second pass inside one
     launch spilled (sm90, D=64 M128-N64-w4: a 344-byte stack frame with it, none without)."""
-    # As the forward: the last query blocks, which see the most keys, start first.
-    pid_m, pid_bh = _program_ids(sched_chunk, True)
+    # The Hopper path as the forward: the last query blocks, which see the most keys, start
+    # first, in chunks of (b, h) pairs (forward._program_ids, its note).
+    if USE_TMA:
+        pid_m, pid_bh = _program_ids(sched_chunk, True)
+    else:
+        pid_m = tl.program_id(0)
+        pid_bh = tl.program_id(1)
     MAY_EXCLUDE: tl.constexpr = (
         HAS_WINDOW_LEFT or HAS_WINDOW_RIGHT or HAS_KEY_MASK or MASK_KIND != 0
     )

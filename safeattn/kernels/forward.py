@@ -97,7 +97,13 @@ def _program_ids(sched_chunk, HEAVY_LAST: tl.constexpr):
     Why: under causal (or a window or mask) the programs' work differs by up to the number of
     blocks, and the GPU starts programs in launch order; with the blocks of one pair after
     another, heavy programs of the last pairs started in the last wave and ran alone. Chunks
-    keep the K/V (or Q/dO) that the programs in flight read small enough for L2."""
+    keep the K/V (or Q/dO) that the programs in flight read small enough for L2.
+
+    NOTE: Hopper path only (USE_TMA). The ids are computed values that live until the
+    epilogue's stores, where ``tl.program_id`` is re-read for free: in the static audit (triton
+    3.9) the remap made 51 portable sm80/86/89/90 configs spill 8-128 B where they had not
+    (30 KB more stack over 907 rows), while the TMA kernels moved by -200..+56 B, none newly
+    spilling."""
     n_blk = tl.num_programs(0)
     n_bh = tl.num_programs(1)
     lin = tl.program_id(1) * n_blk + tl.program_id(0)  # launch order: axis 0 fastest
@@ -629,8 +635,14 @@ def _attn_fwd(
     across the branch, and the kernel spilled (H100, causal D=128 M128-N128-w8: a 1,568-byte
     stack frame with it, none without; docs/perf/spill_check_h100_2026-11-27.log)."""
     # Under causal, a key mask or a block mask the later rows see the most keys: the last
-    # query blocks start first (_program_ids), so the last wave is light.
-    pid_m, pid_bh = _program_ids(sched_chunk, True)
+    # query blocks start first, so the last wave is light. The Hopper path also takes the
+    # (b, h) pairs in chunks (_program_ids); the portable kernels keep one pair after another,
+    # as the remapped ids cost them registers (_program_ids' note).
+    if USE_TMA:
+        pid_m, pid_bh = _program_ids(sched_chunk, True)
+    else:
+        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
+        pid_bh = tl.program_id(1)
     MAY_EXCLUDE: tl.constexpr = (
         HAS_WINDOW_LEFT or HAS_WINDOW_RIGHT or HAS_KEY_MASK or MASK_KIND != 0
     )
