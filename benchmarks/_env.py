@@ -40,9 +40,10 @@ os.environ.setdefault(
 # TRITON_PTXAS_PATH at torch's own ptxas (torch/bin/ptxas) the first time it compiles in a
 # process, so a safeattn kernel built before a FlexAttention peer and one built after it were
 # assembled by different ptxas. On the H200 (torch 2.11+cu130: CUDA 13.0's ptxas; Triton 3.6
-# bundles 12.8's) the same dK/dV source and config came out at 232 registers and 8 B spilled
-# or at 229 and none, so LiveResourcesSuite (no peer in its process) and SpeedSuite (peers
-# first) measured different binaries (docs/perf/live_determinism_h200_2026-11-28.md). Pinned
+# bundles 12.8's) the same dK/dV sources and configs came out spilling 8 B or none (D=64),
+# at 232 registers or 229 (D=128), so LiveResourcesSuite (no peer in its process) and
+# SpeedSuite (peers first) measured different binaries
+# (docs/perf/live_determinism_h200_2026-11-28.md). Pinned
 # here to the one Inductor picks, unless the user set it.
 PTXAS_ENV = "TRITON_PTXAS_PATH"
 
