@@ -455,7 +455,7 @@ def _dkdv_head(
     return dk, dv
 
 
-@triton.jit(do_not_specialize=["seq_q", "seq_k", "window_left", "window_right"])
+@triton.jit(do_not_specialize=["seq_q", "seq_k", "window_left", "window_right", "sched_chunk"])
 def _bwd_dkdv(
     Q, K, V, dOut, Lse2, Delta, dK, dV, Leaked, Seed,
     KeyMask, AttnMask, CuSeqQ, CuSeqK, FullNum, FullIdx, PartNum, PartIdx,
@@ -472,6 +472,7 @@ def _bwd_dkdv(
     stride_amb, stride_amh, stride_amm, stride_amn,
     stride_snb, stride_snh, stride_sib, stride_sih, stride_sir,
     heads_kv, group, seq_q, seq_k, window_left, window_right, head_dim,
+    sched_chunk,  # (b, h_kv) pairs per chunk of the launch order (forward._program_ids)
     IS_VARLEN: tl.constexpr,
     BOTTOM_RIGHT: tl.constexpr,
     HAS_WINDOW_LEFT: tl.constexpr,
@@ -506,12 +507,17 @@ def _bwd_dkdv(
     wgmmas of a pipelined loop (C7515, docs/perf/dkdv_h100_2026-11-25.md), and a second
     pass in the same kernel doubled it and spilled. A program whose results overflowed with
     no empty row is flagged too; its redo computes the same numbers, so only time is lost."""
-    # Launch order: one (b, h_kv) pair after another, first key block (the heaviest under
-    # causal) first. Not forward._program_ids' chunks: with them the live dK/dV at D=64
-    # (Hopper path, M32-N128-w4-s3) spilled 8 B (sm90, triton 3.6 with CUDA 13.0's and
-    # 12.8's ptxas: a 40-byte stack frame against 32; LiveResourcesSuite at 59a5007).
-    pid_n = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    # Launch order: the first key block (the heaviest under causal) first. The Hopper path at
+    # D=128 takes the (b, h_kv) pairs in chunks (forward._program_ids, its note): causal GQA
+    # backward 2.07 ms with them, 2.19 ms without (H200, SpeedSuite at 59a5007 and e0aa634).
+    # Elsewhere one pair after another: with the chunks the live dK/dV at D=64 (M32-N128-w4-s3)
+    # spilled 8 B (sm90, triton 3.6 with CUDA 13.0's and 12.8's ptxas: a 40-byte stack frame
+    # against 32; LiveResourcesSuite at 59a5007), and the portable kernels spill (its note).
+    if USE_TMA and BLOCK_D == 128:
+        pid_n, pid_bh = _program_ids(sched_chunk, False)
+    else:
+        pid_n = tl.program_id(0)
+        pid_bh = tl.program_id(1)
     leak_at = Leaked + pid_bh * tl.num_programs(0) + pid_n
     if GUARD:  # noqa: SIM102 (a constexpr and a tensor test do not combine with `and`)
         if tl.load(leak_at) == 0:

@@ -97,14 +97,14 @@ def _program_ids(sched_chunk, HEAVY_LAST: tl.constexpr):
     Why: under causal (or a window or mask) the programs' work differs by up to the number of
     blocks, and the GPU starts programs in launch order; with the blocks of one pair after
     another, heavy programs of the last pairs started in the last wave and ran alone. Chunks
-    keep the K/V that the programs in flight read small enough for L2.
+    keep what the programs in flight read (K/V; Q/dO in dK/dV) small enough for L2.
 
     NOTE: Hopper path only (USE_TMA). The ids are computed values that live until the
     epilogue's stores, where ``tl.program_id`` is re-read for free: in the static audit (triton
     3.9) the remap made 51 portable sm80/86/89/90 configs spill 8-128 B where they had not
     (30 KB more stack over 907 rows), while the TMA kernels moved by -200..+56 B, none newly
     spilling. On the GPU's toolchain (triton 3.6) the live dK/dV at D=64 still grew a spill
-    with it, so dK/dV does not take it (``backward._bwd_dkdv``)."""
+    with it, so dK/dV takes it at D=128 only (``backward._bwd_dkdv``)."""
     n_blk = tl.num_programs(0)
     n_bh = tl.num_programs(1)
     lin = tl.program_id(1) * n_blk + tl.program_id(0)  # launch order: axis 0 fastest

@@ -221,6 +221,9 @@ def backward(
         *_lse_strides(lse2, meta.varlen), *km_s, *am_s, *tiles_t[4:],
         meta.heads_kv, group, meta.seq_q, meta.seq_k,
         meta.window_left, meta.window_right, meta.head_dim,
+        schedule.sched_chunk(
+            c, *kv_grid(c), _head_bytes(meta.seq_q, meta, q) * group, dev, may_empty
+        ),
     )  # fmt: skip
     kv_grid = lambda c: (triton.cdiv(meta.seq_k, c.block_n), meta.batch * meta.heads_kv)
     kv_extra = {"GQA": group > 1, "USE_TMA": tma, "HAS_DROPOUT": meta.dropout_p > 0,

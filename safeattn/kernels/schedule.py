@@ -7,14 +7,16 @@ the heavy programs of the last (b, h) pairs are launched late they run on alone 
 while the other SMs idle: by list-scheduling arithmetic 7 % of the causal forward at D=128,
 N=4096, B=4, H=16 on 132 SMs, and 15 % where two programs share an SM.
 
-The Hopper path's forward and dQ kernels (``forward._program_ids``; the portable kernels
-and dK/dV keep one pair after another, see its note and ``backward._bwd_dkdv``) therefore
-walk the pairs in chunks of ``sched_chunk`` and, inside a chunk, block by block across the
-chunk's pairs, heaviest block first. The chunk size is a trade:
+The Hopper path's forward and dQ kernels, and its dK/dV at D=128 (``forward._program_ids``;
+the portable kernels and the other dK/dV builds keep one pair after another, see its note
+and ``backward._bwd_dkdv``) therefore walk the pairs in chunks of ``sched_chunk`` and,
+inside a chunk, block by block across the chunk's pairs, heaviest block first. The chunk
+size is a trade:
 - big enough that a chunk holds about two waves of programs (``2 * slots`` programs), so
   that the light programs at the end of the last chunk fill the tail;
-- small enough that what the programs in flight read (the K and V of the chunk's heads)
-  stays within half the L2 cache, as it did with the blocks of one pair after another.
+- small enough that what the programs in flight read (the K and V of the chunk's heads in
+  the forward and dQ, the Q and dO of their query heads in dK/dV) stays within half the L2
+  cache, as it did with the blocks of one pair after another.
   Where the two disagree, L2 wins: a miss there costs the whole kernel, a tail a fraction
   of a wave.
 
