@@ -146,8 +146,8 @@ def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None, 
 
 
 def _head_bytes(seq: int, meta: Meta, t: torch.Tensor) -> int:
-    """Bytes of one head's K and V (seq, D each): what the programs of one (b, h) pair read
-    in common (schedule.chunk_size)."""
+    """Bytes of one head's K and V, or Q and dO (seq, D each): what the programs of one
+    (b, h) pair read in common (schedule.chunk_size)."""
     return 2 * seq * meta.head_dim * t.element_size()
 
 
