@@ -335,12 +335,10 @@ def _dkdv_inner(
     FOLD_DELTA: tl.constexpr,
     heads=1, stride_qh=0, stride_doh=0, stride_lh=0, stride_amh=0, rng_head=0,
     HEADS: tl.constexpr = False,
-    split=0, gap=0,
 ):  # fmt: skip
     """``count`` query blocks (``_block_start``) of one query head into dK, dV; with HEADS,
     ``count`` blocks of each of ``heads`` query heads (the head strides from the first head's
-    bases), head by head, in one loop. Blocks ``split`` and after start ``gap`` rows later:
-    two ranges in one loop (``_dkdv_head``)."""
+    bases), head by head, in one loop."""
     for j in tl.range(0, count * heads if HEADS else count):
         g = 0
         i = j
@@ -354,10 +352,8 @@ def _dkdv_inner(
             dk, dv, k, v, q_base + g64 * stride_qh, do_base + g64 * stride_doh,
             lse_base + g64 * stride_lh, delta_base + g64 * stride_lh, km_base,
             am_base + g64 * stride_amh, DescQ, DescdO,
-            q_b, q_h + g,
-            _block_start(start, i, idx_ptr, LISTED, SPARSE_Q, BLOCK_M)
-            + tl.where(i < split, 0, gap),
-            offs_n, offs_m0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
+            q_b, q_h + g, _block_start(start, i, idx_ptr, LISTED, SPARSE_Q, BLOCK_M), offs_n,
+            offs_m0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
             head_dim, stride_qm, stride_qd, stride_dom, stride_dod, stride_lm, stride_kmn,
             stride_amm, stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
@@ -423,68 +419,39 @@ def _dkdv_head(
             n_start, n_q, n_k, diag, window_left, window_right,
             BLOCK_M, BLOCK_N, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
         )  # fmt: skip
-        if USE_TMA:
-            # NOTE: register budget — the full blocks, then both masked ranges in one loop:
-            # what a masked loop hoists out of itself (its index vectors, the addresses of
-            # its LSE and delta rows) is then never live across the full blocks' loop.
-            n_lo = _blocks(lo, full_lo, BLOCK_M)
-            dk, dv = _dkdv_inner(
-                dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
-                DescdO, q_b, q_h, full_lo,
-                _blocks(full_lo, full_hi, BLOCK_M), FullIdx, offs_n, offs_m0, offs_d, n_q, n_k,
-                diag, window_left, window_right, qk_scale, softcap, head_dim, stride_qm,
-                stride_qd, stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn,
-                False, GUARD, False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK,
-                MASK_KIND, HAS_SOFTCAP, BLOCK_M, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
-                rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
-                heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS,
-            )  # fmt: skip
-            dk, dv = _dkdv_inner(
-                dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
-                DescdO, q_b, q_h, lo,
-                n_lo + _blocks(full_hi, hi, BLOCK_M), FullIdx, offs_n, offs_m0, offs_d, n_q, n_k,
-                diag, window_left, window_right, qk_scale, softcap, head_dim, stride_qm,
-                stride_qd, stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn,
-                True, GUARD, False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK,
-                MASK_KIND, HAS_SOFTCAP, BLOCK_M, False, USE_TMA, DOT_PRECISION, UPCAST_DOT,
-                rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
-                heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS,
-                n_lo, full_hi - full_lo,
-            )  # fmt: skip
-        else:
-            dk, dv = _dkdv_inner(
-                dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
-                DescdO, q_b, q_h, lo,
-                _blocks(lo, full_lo, BLOCK_M), FullIdx, offs_n, offs_m0, offs_d, n_q, n_k, diag,
-                window_left, window_right, qk_scale, softcap, head_dim, stride_qm, stride_qd,
-                stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD,
-                False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
-                HAS_SOFTCAP, BLOCK_M, False, USE_TMA, DOT_PRECISION, UPCAST_DOT,
-                rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
-                heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS,
-            )  # fmt: skip
-            dk, dv = _dkdv_inner(
-                dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
-                DescdO, q_b, q_h, full_lo,
-                _blocks(full_lo, full_hi, BLOCK_M), FullIdx, offs_n, offs_m0, offs_d, n_q, n_k,
-                diag, window_left, window_right, qk_scale, softcap, head_dim, stride_qm, stride_qd,
-                stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, False, GUARD,
-                False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
-                HAS_SOFTCAP, BLOCK_M, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
-                rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
-                heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS,
-            )  # fmt: skip
-            dk, dv = _dkdv_inner(
-                dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
-                DescdO, q_b, q_h, full_hi,
-                _blocks(full_hi, hi, BLOCK_M), FullIdx, offs_n, offs_m0, offs_d, n_q, n_k, diag,
-                window_left, window_right, qk_scale, softcap, head_dim, stride_qm, stride_qd,
-                stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD,
-                False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
-                HAS_SOFTCAP, BLOCK_M, False, USE_TMA, DOT_PRECISION, UPCAST_DOT,
-                rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
-                heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS,
-            )  # fmt: skip
+        dk, dv = _dkdv_inner(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
+            DescdO, q_b, q_h, lo,
+            _blocks(lo, full_lo, BLOCK_M), FullIdx, offs_n, offs_m0, offs_d, n_q, n_k, diag,
+            window_left, window_right, qk_scale, softcap, head_dim, stride_qm, stride_qd,
+            stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD,
+            False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
+            HAS_SOFTCAP, BLOCK_M, False, USE_TMA, DOT_PRECISION, UPCAST_DOT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
+            heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS,
+        )  # fmt: skip
+        dk, dv = _dkdv_inner(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
+            DescdO, q_b, q_h, full_lo,
+            _blocks(full_lo, full_hi, BLOCK_M), FullIdx, offs_n, offs_m0, offs_d, n_q, n_k,
+            diag, window_left, window_right, qk_scale, softcap, head_dim, stride_qm, stride_qd,
+            stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, False, GUARD,
+            False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
+            HAS_SOFTCAP, BLOCK_M, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
+            heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS,
+        )  # fmt: skip
+        dk, dv = _dkdv_inner(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
+            DescdO, q_b, q_h, full_hi,
+            _blocks(full_hi, hi, BLOCK_M), FullIdx, offs_n, offs_m0, offs_d, n_q, n_k, diag,
+            window_left, window_right, qk_scale, softcap, head_dim, stride_qm, stride_qd,
+            stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD,
+            False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
+            HAS_SOFTCAP, BLOCK_M, False, USE_TMA, DOT_PRECISION, UPCAST_DOT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
+            heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS,
+        )  # fmt: skip
     return dk, dv
 
 

@@ -90,16 +90,10 @@ _HOPPER_FORWARD: dict[int, list[KernelConfig]] = {
 # build: 288 B); M64-N64-w8-s2, without spills in all three, ran 1.5-2.2x slower than it at
 # every key of the H100's tune (docs/perf/tune_h100_2026-11-28.log), so it is not shipped.
 # M64-N128-w8-s2, which the tuner once took for the left-padded causal shape, spilled (16 B).
-# M64-N64-w4-s2 is back, last: with dK/dV's masked ranges in one loop after the full blocks
-# (backward._dkdv_head's note) its dense MHA build compiles without spills on the H200's
-# toolchain (triton 3.6, torch 2.11's ptxas; 40 B before), and there it ran 1.91 ms against
-# 2.10 for M32-N64-w4-s3 (bf16, N=4096, B=4, H=16; docs/perf/dkdv_m64_h200_2026-11-28). Its
-# causal and GQA builds still spill (32-72 B), so the tuner drops them there
-# (tuning.spill_free_first) and those keys keep M32-N64.
 # The other head dims' sweeps (D=64, D=256 causal) chose configs the portable lists already
 # hold first or second.
 _HOPPER_BACKWARD: dict[str, dict[int, list[KernelConfig]]] = {
-    "bwd_dkdv": {**_HALF["bwd_dkdv"], 128: [C(32, 64, 4, 3), C(32, 64, 4, 4), C(64, 64, 4, 2)]},
+    "bwd_dkdv": {**_HALF["bwd_dkdv"], 128: [C(32, 64, 4, 3), C(32, 64, 4, 4)]},
     "bwd_dq": {**_HALF["bwd_dq"],
                128: [C(64, 64, 4, 2), C(128, 64, 8, 4), C(128, 64, 8, 3), C(64, 32, 4, 3)]},
 }  # fmt: skip
