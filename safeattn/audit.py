@@ -184,11 +184,9 @@ def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: in
         EVEN_D=True,
         DOT_PRECISION="ieee" if dtype == torch.float32 else "tf32",
         UPCAST_DOT=0,
-        # the dK/dV kernel's GQA loop, over a group of 2 (a constexpr there, as the dQ
-        # kernel's runtime group above); the kernels' guarded second launches (GUARD=True)
-        # have the same tiles and are not audited apart
-        **({"GQA": True, "group": _representative_value("group", head_dim),
-            "FOLD_DELTA": hopper.fold_delta(kernel in _TMA_KERNELS, head_dim)}
+        # the dK/dV kernel's GQA loop (group = 2 above); the kernels' guarded second
+        # launches (GUARD=True) have the same tiles and are not audited apart
+        **({"GQA": True, "FOLD_DELTA": hopper.fold_delta(kernel in _TMA_KERNELS, head_dim)}
            if base == "bwd_dkdv" else {}),
         **({"HAS_DBIAS": variant == "dbias"} if base == "bwd_dq" else {}),
         HAS_DROPOUT=variant == "dropout",

@@ -337,17 +337,16 @@ def _dkdv_inner(
     HEADS: tl.constexpr = False,
 ):  # fmt: skip
     """``count`` query blocks (``_block_start``) of one query head into dK, dV; with HEADS,
-    ``count`` blocks of each of ``heads`` query heads (a constexpr; the head strides from the
-    first head's bases) in one loop, block by block, the heads of a block innermost."""
+    ``count`` blocks of each of ``heads`` query heads (the head strides from the first head's
+    bases), head by head, in one loop."""
     for j in tl.range(0, count * heads if HEADS else count):
         g = 0
         i = j
         if HEADS:
-            # heads innermost, by a constexpr: a shift (or a multiply), where head by head
-            # divided by the runtime count; the GQA full-block loop went from 379 to 353 SASS
-            # instructions (M32-N64-w4-s3, D=128, sm90, triton 3.6; MHA's is 336)
-            i = j // heads
-            g = j - i * heads
+            # max: never a division by 0 (count = 0 runs no iteration, but a pipelined
+            # prologue computes the first one's addresses, and LLVM takes x/0 as impossible)
+            g = j // tl.maximum(count, 1)
+            i = j - g * count
         g64 = tl.cast(g, tl.int64)
         dk, dv = _dkdv_step(
             dk, dv, k, v, q_base + g64 * stride_qh, do_base + g64 * stride_doh,
@@ -472,9 +471,7 @@ def _bwd_dkdv(
     stride_kmb, stride_kmn,
     stride_amb, stride_amh, stride_amm, stride_amn,
     stride_snb, stride_snh, stride_sib, stride_sih, stride_sir,
-    heads_kv,
-    group: tl.constexpr,  # Hq // Hkv: the flat GQA loop divides by it (_dkdv_inner)
-    seq_q, seq_k, window_left, window_right, head_dim,
+    heads_kv, group, seq_q, seq_k, window_left, window_right, head_dim,
     sched_chunk,  # (b, h_kv) pairs per chunk of the launch order (forward._program_ids)
     IS_VARLEN: tl.constexpr,
     BOTTOM_RIGHT: tl.constexpr,
@@ -584,8 +581,8 @@ def _bwd_dkdv(
         rng_seed = tl.load(Seed)
     # Dense GQA: the group's heads run inside each query-block loop (_dkdv_inner's HEADS), not
     # around the loops: nested, the head loop held 40-55 more registers (sm90, triton 3.6) and
-    # the D=128 tiles spilled. Each range sums block by block, a block's heads innermost, so
-    # the order differs from the nested one.
+    # the D=128 tiles spilled. Each range sums head by head, so the order changes where a key
+    # block has more than one range (masked diagonal or tail blocks, beside the full ones).
     # fp32 keeps the nested order its accuracy tests were set on: the H200 failed the fp32
     # softcap case (at its bound, a masked tail) with the flat one.
     FLAT: tl.constexpr = GQA and not SPARSE and DOT_PRECISION != "ieee"
