@@ -15,6 +15,13 @@ local memory per thread) of safeattn's kernels.
     kernel × dtype × head_dim: what the kernels actually launched by one forward+backward
     (N = 4096, non-causal, MHA, shapes from DESIGN.md) use, from
     ``safeattn.kernels.launch.launched_kernels()`` (the autotuner's chosen config).
+``LiveBuildResourcesSuite`` (GPU only)
+    kernel × dtype × head_dim × build: the same for the other builds of those kernels that
+    the speed suites run. Causal, GQA and each mask kind are compile-time switches (a mask
+    adds the block-mask variant, packed documents take the portable varlen path), so each is
+    a binary of its own, with its own registers and spills: SpeedSuite's causal and GQA
+    shapes at N = 4096 and MaskedSpeedSuite's workloads, called exactly as those suites call
+    them. A separate suite, so that LiveResourcesSuite's rows and history stay as they are.
 
 Kernel names are fixed here rather than read from ``safeattn.kernels.configs.KERNELS``:
 asv benchmarks old commits with this suite, and the grid must not depend on the commit
@@ -29,7 +36,8 @@ import os
 import sys
 import time
 
-from ._attention import attention_inputs
+from . import _masks, speed
+from ._attention import attention_call, attention_inputs
 from ._env import cuda_usable, quick, require_cuda
 from ._grid import GRID_TIMEOUT_S, Missing, field_tracker, lookup, progress, reason_of
 from ._launches import launch_note, record_launch, tuner_timings
@@ -44,6 +52,20 @@ AUDIT_HEAD_DIMS = [64] if quick() else [64, 128, 256]
 LIVE_DTYPES = ["float16", "bfloat16"]
 LIVE_HEAD_DIMS = [64, 128]
 LIVE_SEQ_LEN = 4096
+
+
+def _build_name(causal: bool, gqa: int) -> str:
+    return "_".join([*(["causal"] if causal else []), *([f"gqa{gqa}"] if gqa > 1 else [])])
+
+
+# LiveBuildResourcesSuite's builds: SpeedSuite's (causal, gqa) but the dense multi-head one
+# (LiveResourcesSuite's), then MaskedSpeedSuite's mask kinds. Build name -> (causal, gqa).
+SPEED_BUILDS: dict[str, tuple[bool, int]] = {
+    _build_name(causal, gqa): (causal, gqa)
+    for causal, gqa in itertools.product(speed.CAUSAL, speed.GQA)
+    if causal or gqa > 1
+}
+LIVE_BUILDS: list[str] = [*SPEED_BUILDS, *speed.MASKS]
 
 FIELDS = ("shared_bytes", "registers", "spills")
 
@@ -129,6 +151,59 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+def _live_figures(make) -> tuple[dict, str]:
+    """One forward+backward of ``make()`` -> (fn, (q, k, v, grad_out)) on the GPU, and
+    ({kernel: figures or Missing}, a progress note naming the configs launched).
+
+    A kernel counts as launched by this call when its ``launch.launched_kernels()`` entry
+    was replaced during it (each launch records a new object), so a kernel that an earlier
+    call in the process launched and this one did not is Missing, not the earlier figures.
+    """
+    import torch
+
+    from safeattn.kernels import launch
+
+    before, timings = launch.launched_kernels(), tuner_timings()
+    fn, (q, k, v, grad_out) = make()
+    fn(q, k, v).backward(grad_out)
+    torch.cuda.synchronize()
+    after = launch.launched_kernels()
+    figures = {
+        kernel: (
+            {f: int(getattr(after[kernel], f)) for f in FIELDS}
+            if kernel in after and after[kernel] is not before.get(kernel)
+            else Missing(f"kernel {kernel!r} was not launched by this commit")
+        )
+        for kernel in KERNELS
+    }
+    return figures, ": " + launch_note(timings)
+
+
+def _live_grid(suite: str, param_names: tuple, makers: dict) -> dict:
+    """A live suite's setup_cache: ``makers`` maps (dtype, head_dim, *rest) to ``make`` of
+    :func:`_live_figures`; the result maps (kernel, dtype, head_dim, *rest) to figures or
+    Missing, every launch recorded (record_launch) and each call logged."""
+    import torch
+
+    measured: dict = {}
+    for combo, make in makers.items():
+        start = time.perf_counter()
+        note = ""
+        try:
+            figures, note = _live_figures(make)
+        except Exception as exc:
+            figures = dict.fromkeys(KERNELS, Missing(reason_of(exc)))
+        for kernel, value in figures.items():
+            measured[(kernel, *combo)] = value
+            if not isinstance(value, Missing):
+                record_launch(suite, param_names, (kernel, *combo))
+        torch.cuda.empty_cache()
+        seconds = time.perf_counter() - start
+        rest = "".join(f" {c}" for c in combo[2:])  # the build, where there is one
+        progress(f"[resources] {combo[0]} D={combo[1]}{rest} done ({seconds:.1f} s){note}")
+    return measured
+
+
 class LiveResourcesSuite:
     """Resources of the kernels one GPU forward+backward actually launched."""
 
@@ -142,42 +217,67 @@ class LiveResourcesSuite:
 
     def setup_cache(self) -> dict:
         require_cuda()
-        import torch
-
         import safeattn
 
-        measured: dict = {}
-        for dtype, head_dim in itertools.product(LIVE_DTYPES, LIVE_HEAD_DIMS):
-            start = time.perf_counter()
-            chosen = ""
-            try:
-                from safeattn.kernels import launch
+        def dense(dtype: str, head_dim: int):
+            return lambda: (
+                safeattn.attention,
+                attention_inputs("safeattn", dtype, LIVE_SEQ_LEN, head_dim, 1),
+            )
 
-                before = tuner_timings()
-                q, k, v, grad_out = attention_inputs("safeattn", dtype, LIVE_SEQ_LEN, head_dim, 1)
-                safeattn.attention(q, k, v).backward(grad_out)
-                torch.cuda.synchronize()
-                launched = launch.launched_kernels()
-                for kernel in KERNELS:
-                    res = launched.get(kernel)
-                    measured[(kernel, dtype, head_dim)] = (
-                        {f: int(getattr(res, f)) for f in FIELDS}
-                        if res is not None
-                        else Missing(f"kernel {kernel!r} was not launched by this commit")
-                    )
-                    record_launch(
-                        "resources.LiveResourcesSuite",
-                        LiveResourcesSuite.param_names,
-                        (kernel, dtype, head_dim),
-                    )
-            except Exception as exc:
-                for kernel in KERNELS:
-                    measured[(kernel, dtype, head_dim)] = Missing(reason_of(exc))
-            else:
-                chosen = ": " + launch_note(before)
-            seconds = time.perf_counter() - start
-            progress(f"[resources] {dtype} D={head_dim} done ({seconds:.1f} s){chosen}")
-        return measured
+        makers = {
+            (dtype, head_dim): dense(dtype, head_dim)
+            for dtype, head_dim in itertools.product(LIVE_DTYPES, LIVE_HEAD_DIMS)
+        }
+        return _live_grid("resources.LiveResourcesSuite", self.param_names, makers)
+
+    track_shared_bytes = field_tracker("shared_bytes")
+    track_registers = field_tracker("registers")
+    track_spills = field_tracker("spills")
+
+
+def live_build(build: str, dtype: str, head_dim: int):
+    """``make`` of :func:`_live_figures` for one of :data:`LIVE_BUILDS`: safeattn's call and
+    inputs exactly as SpeedSuite (N = 4096) or MaskedSpeedSuite makes them, so the binaries
+    measured here are the ones those suites time."""
+    if build in SPEED_BUILDS:
+        causal, gqa = SPEED_BUILDS[build]
+
+        def make():
+            fn = attention_call("safeattn", causal, LIVE_SEQ_LEN, gqa)
+            return fn, attention_inputs("safeattn", dtype, LIVE_SEQ_LEN, head_dim, gqa)
+
+        return make
+    if build in speed.MASKS:
+
+        def make_masked():
+            case = _masks.mask_case(build, "safeattn", dtype, head_dim)
+            return case.call, case.inputs
+
+        return make_masked
+    raise ValueError(f"benchmarks: unknown build {build!r}; known: {LIVE_BUILDS}")
+
+
+class LiveBuildResourcesSuite:
+    """Resources of the kernels launched by the causal, GQA and masked builds."""
+
+    params = (KERNELS, LIVE_DTYPES, LIVE_HEAD_DIMS, LIVE_BUILDS)
+    param_names = ("kernel", "dtype", "head_dim", "build")
+    timeout = GRID_TIMEOUT_S
+    version = "live-build-resources-1"  # bump when what it measures changes (see _grid)
+
+    def setup(self, cache, *combo):
+        lookup(cache, combo)  # not measured: skipped (NaN) here, not failed (_grid)
+
+    def setup_cache(self) -> dict:
+        require_cuda()
+        makers = {
+            (dtype, head_dim, build): live_build(build, dtype, head_dim)
+            for dtype, head_dim, build in itertools.product(
+                LIVE_DTYPES, LIVE_HEAD_DIMS, LIVE_BUILDS
+            )
+        }
+        return _live_grid("resources.LiveBuildResourcesSuite", self.param_names, makers)
 
     track_shared_bytes = field_tracker("shared_bytes")
     track_registers = field_tracker("registers")
@@ -185,4 +285,4 @@ class LiveResourcesSuite:
 
 
 if not cuda_usable():
-    del LiveResourcesSuite  # pruned: no usable CUDA GPU here
+    del LiveResourcesSuite, LiveBuildResourcesSuite  # pruned: no usable CUDA GPU here

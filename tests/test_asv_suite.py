@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -73,6 +74,7 @@ def test_gpu_suites_are_pruned_without_a_gpu():
         (speed, "ModelStepSuite"),
         (memory, "MemorySuite"),
         (resources, "LiveResourcesSuite"),
+        (resources, "LiveBuildResourcesSuite"),
         (numerics, "NumericsSuite"),
         (importlib.import_module("benchmarks.features"), "FeatureSpeedSuite"),
     ]:
@@ -291,34 +293,46 @@ def test_gpu_smoke_prints_every_combination_or_its_reason(monkeypatch):
         smoke.parse_only(["impl"])
 
 
-def test_live_resources_record_each_kernel_and_log_the_tuners_choice(monkeypatch, capsys):
-    """LiveResourcesSuite's setup_cache with the GPU call faked: each launched kernel's
-    figures are recorded, one not launched is a Missing reason, and the progress line names
-    the configs launched and what the tuner timed (the H100 history's live-resource flips
-    could not be traced to a config without it)."""
+def _fake_launches(monkeypatch, gpu_resources, kernels=("forward", "bwd_dkdv", "bwd_dq")):
+    """Fake safeattn's GPU calls for a live-resources suite: each backward "launches"
+    ``kernels`` (a fresh record each, as launch._record makes) and tunes one new forward key;
+    returns the list of calls made (args of safeattn.attention)."""
     from types import SimpleNamespace
 
     from safeattn.kernels import launch
 
-    gpu_resources = _with_gpu_suites("resources", monkeypatch)
     tuned: dict = {}
+    launched: dict = {}
+    calls: list = []
 
-    def fake_attention_call(*_args, **_kwargs):
+    def fake_attention_call(*args, **kwargs):
+        calls.append((args, kwargs))
+
         class Out:
-            def backward(self, _grad):  # "launches" three of the four kernels
+            def backward(self, _grad):
                 tuned[("forward", len(tuned))] = [("M128-N64-w4-s3", 0.4121), ("M64-N64", 0.5)]
+                for name in kernels:
+                    launched[name] = SimpleNamespace(
+                        config=f"{name}-cfg", shared_bytes=1024, registers=128, spills=0
+                    )
 
         return Out()
 
-    launched = {
-        name: SimpleNamespace(config=f"{name}-cfg", shared_bytes=1024, registers=128, spills=0)
-        for name in ("forward", "bwd_dkdv", "bwd_dq")
-    }
     monkeypatch.setattr(gpu_resources, "attention_inputs", lambda *a: (None, None, None, None))
     monkeypatch.setattr("safeattn.attention", fake_attention_call)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(launch, "launched_kernels", lambda: dict(launched))
     monkeypatch.setattr(launch, "tuning_timings", lambda: dict(tuned))
+    return calls
+
+
+def test_live_resources_record_each_kernel_and_log_the_tuners_choice(monkeypatch, capsys):
+    """LiveResourcesSuite's setup_cache with the GPU call faked: each launched kernel's
+    figures are recorded, one not launched is a Missing reason, and the progress line names
+    the configs launched and what the tuner timed (the H100 history's live-resource flips
+    could not be traced to a config without it)."""
+    gpu_resources = _with_gpu_suites("resources", monkeypatch)
+    _fake_launches(monkeypatch, gpu_resources)  # three of the four kernels
     measured = gpu_resources.LiveResourcesSuite().setup_cache()
 
     combos = list(itertools.product(*gpu_resources.LiveResourcesSuite.params))
@@ -334,6 +348,67 @@ def test_live_resources_record_each_kernel_and_log_the_tuners_choice(monkeypatch
     for line in lines:  # each call tuned one new key: only that one is shown
         assert "bwd_dkdv=bwd_dkdv-cfg bwd_dq=bwd_dq-cfg forward=forward-cfg" in line, line
         assert line.count("tuned forward: M128-N64-w4-s3 0.412 ms, M64-N64 0.500 ms") == 1, line
+
+
+def test_live_build_resources_cover_the_speed_suites_builds(monkeypatch, capsys):
+    """LiveBuildResourcesSuite: every causal/GQA build of SpeedSuite but the dense multi-head
+    one (LiveResourcesSuite's) and every MaskedSpeedSuite mask kind, each called as those
+    suites call it; a kernel launched by an earlier build but not by this one is Missing,
+    not the earlier build's figures."""
+    gpu_resources = _with_gpu_suites("resources", monkeypatch)
+    builds = gpu_resources.LIVE_BUILDS
+    assert builds == ["gqa4", "causal", "causal_gqa4", *speed.MASKS]
+    assert gpu_resources.SPEED_BUILDS["causal_gqa4"] == (True, 4)
+    calls = _fake_launches(monkeypatch, gpu_resources)
+    made = []
+
+    def fake_mask_case(kind, impl, dtype, head_dim):
+        import safeattn  # the faked safeattn.attention, looked up at call time
+
+        made.append((kind, impl, dtype, head_dim))
+        return SimpleNamespace(
+            call=lambda q, k, v: safeattn.attention(q, k, v, mask=kind),
+            inputs=(None, None, None, None),
+        )
+
+    monkeypatch.setattr(gpu_resources._masks, "mask_case", fake_mask_case)
+    measured = gpu_resources.LiveBuildResourcesSuite().setup_cache()
+
+    combos = list(itertools.product(*gpu_resources.LiveBuildResourcesSuite.params))
+    assert set(measured) == set(combos) and len(combos) == 4 * 2 * 2 * len(builds)
+    for kernel, dtype, head_dim, build in combos:
+        value = measured[(kernel, dtype, head_dim, build)]
+        if kernel == "bwd_preprocess":  # never launched by the fake
+            assert isinstance(value, grid.Missing) and "not launched" in value.reason
+        else:
+            assert value == {"shared_bytes": 1024, "registers": 128, "spills": 0}
+    per_call = len(resources.LIVE_DTYPES) * len(resources.LIVE_HEAD_DIMS)
+    assert len(made) == per_call * len(speed.MASKS)
+    assert {kind for kind, *_ in made} == set(speed.MASKS) and {m[1] for m in made} == {"safeattn"}
+    # SpeedSuite's builds call safeattn.attention with their causal flag, masked ones too.
+    assert sum(kw.get("causal") is True for _, kw in calls) == per_call * 2
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("[resources]")]
+    assert len(lines) == per_call * len(builds), lines
+    assert any(ln.startswith("[resources] float16 D=64 causal_gqa4 done") for ln in lines)
+
+
+def test_live_figures_are_missing_for_a_kernel_this_call_did_not_launch(monkeypatch):
+    """Launch records outlive a call: a kernel that an earlier call launched and this one
+    did not must read as not launched, not as the earlier call's figures."""
+    from safeattn.kernels import launch
+
+    gpu_resources = _with_gpu_suites("resources", monkeypatch)
+    stale = {"forward": SimpleNamespace(config="x", shared_bytes=1, registers=2, spills=0)}
+    monkeypatch.setattr(launch, "launched_kernels", lambda: dict(stale))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+
+    class Out:
+        def backward(self, _grad):  # launches nothing
+            pass
+
+    figures, _ = gpu_resources._live_figures(lambda: (lambda q, k, v: Out(), (None,) * 4))
+    assert set(figures) == set(resources.KERNELS)
+    assert all(isinstance(v, grid.Missing) for v in figures.values()), figures
 
 
 def test_speed_logs_the_configs_safeattn_runs_with(monkeypatch, capsys):

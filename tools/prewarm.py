@@ -46,9 +46,12 @@ COMPILING_IMPLS = ("safeattn", "flex")
 
 # The task kinds whose compiles each GPU suite reuses (tools/runner/suites.py names the
 # suites). MemorySuite runs SpeedSuite's grid; LiveResourcesSuite compiles a few safeattn
-# kernels of its own in seconds, which no task kind here covers.
+# kernels of its own in seconds, which no task kind here covers; LiveBuildResourcesSuite
+# runs safeattn's builds of SpeedSuite's and MaskedSpeedSuite's grids (28 of them, minutes
+# of compiles when cold).
 KINDS_OF_SUITE: dict[str, tuple[str, ...]] = {
     "LiveResourcesSuite": (),
+    "LiveBuildResourcesSuite": ("speed", "masked"),
     "SpeedSuite": ("speed",),
     "MemorySuite": ("speed",),
     "NumericsSuite": ("numerics",),

@@ -20,7 +20,10 @@
 #   probe   docs/perf/ws_forward_probe.py: one process per implementation, each under a
 #           timeout (a warp-specialised kernel that deadlocks must not stall the session)
 #   ncu     docs/perf/ncu_dense.py under Nsight Compute: forward, dK/dV, dQ of D=128 N=4096
-#   suites  tools/gpu_history.sh 1 --same: SpeedSuite, LiveResourcesSuite, ModelStepSuite at HEAD
+#   suites  tools/gpu_history.sh 1 --same: SpeedSuite, LiveResourcesSuite,
+#           LiveBuildResourcesSuite, ModelStepSuite at HEAD
+#   live    docs/perf/live_builds_ptxas.py: every live build's resources under Triton's bundled
+#           ptxas (4 parallel shards, cold compiles) and under torch's (the suites' cache)
 #   d256    docs/perf/tree_ab.py --d256: HEAD against cuDNN at D=256 N=4096
 #   softcap docs/perf/softcap_fp32_probe.py on the failing fp32 case, first configs only
 #   tests   pytest --gpu on $TEST_FILES (default: the kernel test files), $TESTS_S at most
@@ -115,8 +118,22 @@ if want suites; then
 step suites
 SAFEATTN_HISTORY_BUDGET_S="${SUITES_BUDGET_S:-420}" SAFEATTN_RESULTS_MIRROR="$S/results" \
   timeout "${SUITES_S:-560}" bash tools/gpu_history.sh 1 --same --suite SpeedSuite \
-  --suite LiveResourcesSuite --suite ModelStepSuite >"$S/suites.log" 2>&1
+  --suite LiveResourcesSuite --suite LiveBuildResourcesSuite --suite ModelStepSuite \
+  >"$S/suites.log" 2>&1
 echo "suites rc=$?"
+fi
+
+if want live; then
+step live
+for i in 0 1 2 3; do
+  timeout "${LIVE_S:-420}" python3 docs/perf/live_builds_ptxas.py --ptxas triton --shard "$i/4" \
+    >"$S/live_triton_$i.jsonl" 2>"$S/live_triton_$i.err" &
+done
+wait
+timeout "${LIVE_S:-420}" python3 docs/perf/live_builds_ptxas.py --ptxas torch \
+  >"$S/live_torch.jsonl" 2>"$S/live_torch.err"
+echo "live rc=$?"
+python3 docs/perf/live_builds_ptxas.py --table "$S"/live_*.jsonl >"$S/live.txt" 2>&1
 fi
 
 if want d256; then

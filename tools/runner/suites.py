@@ -18,6 +18,7 @@ from pathlib import Path
 # after them.
 SUITES: dict[str, str] = {
     "LiveResourcesSuite": "resources.LiveResourcesSuite.",
+    "LiveBuildResourcesSuite": "resources.LiveBuildResourcesSuite.",
     "SpeedSuite": "speed.SpeedSuite.",
     "MemorySuite": "memory.MemorySuite.",
     "NumericsSuite": "numerics.NumericsSuite.",
@@ -32,6 +33,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     # Need a CUDA GPU (pruned from the grid without one: benchmarks/_env.cuda_usable).
     "gpu": (
         "LiveResourcesSuite",
+        "LiveBuildResourcesSuite",
         "SpeedSuite",
         "MemorySuite",
         "NumericsSuite",
