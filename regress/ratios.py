@@ -24,6 +24,8 @@ SPEED_SUITE = "speed.SpeedSuite"
 MASKED_SUITE = "speed.MaskedSpeedSuite"
 MODEL_SUITE = "speed.ModelStepSuite"
 FEATURE_SUITE = "features.FeatureSpeedSuite"
+LIVE_SUITE = "resources.LiveResourcesSuite"
+LIVE_BUILD_SUITE = "resources.LiveBuildResourcesSuite"
 SUITE_SHAPES: dict[str, tuple[str, ...]] = {
     SPEED_SUITE: ("dtype", "head_dim", "seq_len", "causal", "gqa"),
     MASKED_SUITE: ("dtype", "head_dim", "mask"),

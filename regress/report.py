@@ -25,6 +25,8 @@ from . import aa, workloads
 from .metrics import METRICS, OWN_IMPL, PEERS
 from .ratios import (
     FEATURE_SUITE,
+    LIVE_BUILD_SUITE,
+    LIVE_SUITE,
     MASKED_SUITE,
     MODEL_SUITE,
     SPEED_SUITE,
@@ -291,6 +293,61 @@ def feature_table(loaded: LoadedResults, machine: str) -> str:
     return "\n".join(lines)
 
 
+LIVE_KERNELS = ("forward", "bwd_dkdv", "bwd_dq")  # bwd_preprocess: a few dozen registers
+
+
+def live_resources_table(loaded: LoadedResults, machine: str) -> str:
+    """Registers and spilled bytes per thread of the kernels one forward+backward launched,
+    per build (LiveResourcesSuite's dense multi-head one, LiveBuildResourcesSuite's causal,
+    GQA and masked ones), at the machine's newest commit with LiveBuildResourcesSuite
+    results; bf16 in the table, and every spilling kernel of either dtype named below it;
+    '' when there is none."""
+    commit, rows = suite_rows(loaded, machine, LIVE_BUILD_SUITE)
+    if commit is None or rows.empty:
+        return ""
+    t = loaded.table
+    dense = t[(t["machine"] == machine) & (t["suite"] == LIVE_SUITE) & (t["commit"] == commit)
+              & (t["status"] == "ok")].assign(build="dense")  # fmt: skip
+    rows = pd.concat([dense, rows])
+    rows = rows[rows["metric"].isin(("registers", "spills"))]
+    masks = list(workloads.MASK_KINDS)
+
+    def order(build: str) -> tuple:  # dense, then causal / GQA by name, then the mask kinds
+        return (build != "dense", build in masks, masks.index(build) if build in masks else build)
+
+    builds = sorted(set(rows["build"]), key=order)
+    value = rows.set_index(["metric", "dtype", "head_dim", "build", "kernel"])["value"]
+
+    def cell(dtype: str, head_dim: int, build: str, kernel: str) -> str:
+        key = (dtype, head_dim, build, kernel)
+        regs, spills = (value.get(("registers", *key)), value.get(("spills", *key)))
+        if regs is None or spills is None:
+            return "–"
+        return f"{regs:.0f} / {spills:.0f}" + (" **spills**" if spills > 0 else "")
+
+    lines = [
+        f"Live kernel resources on `{machine}` at `{commit[:8]}`: what one forward+backward "
+        "launched, as the speed suites call it (the assembler every benchmark process uses), "
+        "registers / spilled bytes per thread, bf16:",
+        "",
+        "| D | build | " + " | ".join(LIVE_KERNELS) + " |",
+        "|---|---|" + "---|" * len(LIVE_KERNELS),
+    ]
+    for head_dim in sorted(set(rows["head_dim"])):
+        for build in builds:
+            cells = [cell("bfloat16", head_dim, build, k) for k in LIVE_KERNELS]
+            lines.append(f"| {head_dim} | {build} | " + " | ".join(cells) + " |")
+    spilling = rows[(rows["metric"] == "spills") & (rows["value"] > 0)]
+    kernels = rows[rows["metric"] == "spills"]
+    named = ", ".join(
+        f"{r.kernel} {r.dtype} D={r.head_dim} {r.build} ({r.value:.0f} B)"
+        for r in spilling.sort_values(["head_dim", "build", "kernel", "dtype"]).itertuples()
+    )
+    lines += ["", f"Spilling: {len(spilling)} of {len(kernels)} live kernels (fp16 and bf16)"
+              + (f": {named}." if named else ".")]  # fmt: skip
+    return "\n".join(lines)
+
+
 def readme_block(results_dir: str | Path) -> str:
     """Every table this module makes, for each machine with results, in machine order."""
     loaded = load_results(results_dir)
@@ -301,6 +358,7 @@ def readme_block(results_dir: str | Path) -> str:
             masked_table(loaded, machine),
             model_step_table(loaded, machine),
             feature_table(loaded, machine),
+            live_resources_table(loaded, machine),
             numerics_table(loaded, machine),
         ]
     parts = [p for p in parts if p]
