@@ -20,8 +20,8 @@
 #   probe   docs/perf/ws_forward_probe.py: one process per implementation, each under a
 #           timeout (a warp-specialised kernel that deadlocks must not stall the session)
 #   ncu     docs/perf/ncu_dense.py under Nsight Compute: forward, dK/dV, dQ of D=128 N=4096
-#   suites  tools/gpu_history.sh 1 --same: SpeedSuite, LiveResourcesSuite,
-#           LiveBuildResourcesSuite, ModelStepSuite at HEAD
+#   suites  tools/gpu_history.sh 1 --same: $SUITES at HEAD (default SpeedSuite, LiveResourcesSuite,
+#           LiveBuildResourcesSuite, ModelStepSuite)
 #   live    docs/perf/live_builds_ptxas.py: every live build's resources under Triton's bundled
 #           ptxas (4 parallel shards, cold compiles) and under torch's (the suites' cache)
 #   d256    docs/perf/tree_ab.py --d256: HEAD against cuDNN at D=256 N=4096
@@ -117,9 +117,9 @@ fi
 if want suites; then
 step suites
 SAFEATTN_HISTORY_BUDGET_S="${SUITES_BUDGET_S:-420}" SAFEATTN_RESULTS_MIRROR="$S/results" \
-  timeout "${SUITES_S:-560}" bash tools/gpu_history.sh 1 --same --suite SpeedSuite \
-  --suite LiveResourcesSuite --suite LiveBuildResourcesSuite --suite ModelStepSuite \
-  >"$S/suites.log" 2>&1
+  timeout "${SUITES_S:-560}" bash tools/gpu_history.sh 1 --same \
+  $(for s in ${SUITES:-SpeedSuite LiveResourcesSuite LiveBuildResourcesSuite ModelStepSuite}; do
+      echo --suite "$s"; done) >"$S/suites.log" 2>&1
 echo "suites rc=$?"
 fi
 
