@@ -9,6 +9,11 @@ The README holds the output between ``<!-- results:start -->`` and ``<!-- result
 holds the gate's sensitivity on A/A pairs (:func:`gate_sensitivity_block`) between
 ``<!-- gate-sensitivity:start -->`` and ``<!-- gate-sensitivity:end -->``, checked by
 ``tests/test_aa.py``.
+
+Why one file over ~400 lines: one small function per generated README table (speed, masks,
+training step, features, live resources, numerics) and the two blocks that assemble them;
+they share the commit lookup and the cell formats, and a reader finds every generated table
+of the README here.
 """
 
 from __future__ import annotations
