@@ -1,6 +1,9 @@
 """dQ beside dK/dV on a side stream (``SAFEATTN_BWD_OVERLAP=1``) against one after the other
-(unset), one process per setting, alternating: the backward's median ms
-(``triton.testing.do_bench`` of ``torch.autograd.grad`` on one forward's graph) on dense
+(``=0``), one process per setting, alternating. The switch is commit 379b77e's, reverted by
+the next commit because its GPU session ran out of device time before measuring anything:
+cherry-pick 379b77e first, or both settings measure the same code. Per setting: the
+backward's median ms (``triton.testing.do_bench`` of ``torch.autograd.grad`` on one
+forward's graph) on dense
 SpeedSuite shapes and MaskedSpeedSuite's workloads, each built as its suite builds it.
 
     for r in 1 2; do for o in 0 1; do
