@@ -66,6 +66,7 @@ SPEED_BUILDS: dict[str, tuple[bool, int]] = {
     if causal or gqa > 1
 }
 LIVE_BUILDS: list[str] = [*SPEED_BUILDS, *speed.MASKS]
+DENSE_BUILD = "dense"  # LiveResourcesSuite's: non-causal multi-head, N = 4096
 
 FIELDS = ("shared_bytes", "registers", "spills")
 
@@ -217,16 +218,8 @@ class LiveResourcesSuite:
 
     def setup_cache(self) -> dict:
         require_cuda()
-        import safeattn
-
-        def dense(dtype: str, head_dim: int):
-            return lambda: (
-                safeattn.attention,
-                attention_inputs("safeattn", dtype, LIVE_SEQ_LEN, head_dim, 1),
-            )
-
         makers = {
-            (dtype, head_dim): dense(dtype, head_dim)
+            (dtype, head_dim): live_build(DENSE_BUILD, dtype, head_dim)
             for dtype, head_dim in itertools.product(LIVE_DTYPES, LIVE_HEAD_DIMS)
         }
         return _live_grid("resources.LiveResourcesSuite", self.param_names, makers)
@@ -237,11 +230,11 @@ class LiveResourcesSuite:
 
 
 def live_build(build: str, dtype: str, head_dim: int):
-    """``make`` of :func:`_live_figures` for one of :data:`LIVE_BUILDS`: safeattn's call and
-    inputs exactly as SpeedSuite (N = 4096) or MaskedSpeedSuite makes them, so the binaries
-    measured here are the ones those suites time."""
-    if build in SPEED_BUILDS:
-        causal, gqa = SPEED_BUILDS[build]
+    """``make`` of :func:`_live_figures` for :data:`DENSE_BUILD` (LiveResourcesSuite's) or one
+    of :data:`LIVE_BUILDS`: safeattn's call and inputs exactly as SpeedSuite (N = 4096) or
+    MaskedSpeedSuite makes them, so the binaries measured here are the ones those suites time."""
+    if build == DENSE_BUILD or build in SPEED_BUILDS:
+        causal, gqa = SPEED_BUILDS.get(build, (False, 1))
 
         def make():
             fn = attention_call("safeattn", causal, LIVE_SEQ_LEN, gqa)

@@ -50,29 +50,17 @@ def measure(which: str, shard: int, shards: int) -> None:
 
     import torch
 
-    import safeattn
     from benchmarks import resources  # sets TRITON_PTXAS_PATH to torch's, unless set above
-    from benchmarks._attention import attention_inputs
     from benchmarks._grid import Missing
 
     ptxas = os.environ.get("TRITON_PTXAS_PATH") or triton_ptxas()
     version = subprocess.run([ptxas, "--version"], capture_output=True, text=True).stdout
     version = version.strip().splitlines()[-1] if version else "?"
 
-    def dense(dtype: str, head_dim: int):
-        return lambda: (
-            safeattn.attention,
-            attention_inputs("safeattn", dtype, resources.LIVE_SEQ_LEN, head_dim, 1),
-        )
-
-    builds = ["dense", *resources.LIVE_BUILDS]
+    builds = [resources.DENSE_BUILD, *resources.LIVE_BUILDS]
     combos = list(itertools.product(resources.LIVE_DTYPES, resources.LIVE_HEAD_DIMS, builds))
     for dtype, head_dim, build in combos[shard::shards]:
-        make = (
-            dense(dtype, head_dim)
-            if build == "dense"
-            else resources.live_build(build, dtype, head_dim)
-        )
+        make = resources.live_build(build, dtype, head_dim)
         row = dict(
             ptxas=which,
             ptxas_version=version,
