@@ -8,6 +8,7 @@ tensors and its :class:`.launch.Meta`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -158,6 +159,26 @@ def _seed(seed, meta: Meta, fallback: torch.Tensor) -> torch.Tensor:
     return seed if meta.dropout_p > 0 else fallback
 
 
+OVERLAP_ENV = "SAFEATTN_BWD_OVERLAP"
+_SIDE_STREAMS: dict[int, torch.cuda.Stream] = {}
+
+
+def _overlap(device: torch.device) -> bool:
+    """Run the dQ kernel on a side stream, beside dK/dV (CUDA; ``$SAFEATTN_BWD_OVERLAP=0``:
+    one after the other on the caller's stream). Why: the two kernels read the same inputs
+    and write different outputs, and each ends in a tail of idle SMs that the other can
+    fill, as in FlexAttention's backward, which launches both program kinds as one grid."""
+    on = os.environ.get(OVERLAP_ENV, "1").strip() != "0"
+    return on and device.type == "cuda" and not launch.INTERPRET
+
+
+def _side_stream(device: torch.device) -> torch.cuda.Stream:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SIDE_STREAMS:
+        _SIDE_STREAMS[index] = torch.cuda.Stream(device=index)
+    return _SIDE_STREAMS[index]
+
+
 def backward(
     q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None,
     dbias: bool = False, seed=None,
@@ -207,10 +228,42 @@ def backward(
         tile = {"m": c.block_m, "n": c.block_n}
         return tuple(hopper.descriptors(tensors, [tile[r] for r in rows], bd))
 
+    may_empty = meta.may_have_empty_rows
+    # dQ first, on the side stream where it overlaps dK/dV (_overlap), joined before
+    # returning. First, so that a tuner's timing of either (triton's do_bench synchronises
+    # the device before it times) never runs beside the other kernel.
+    main = torch.cuda.current_stream(dev) if dev.type == "cuda" else None
+    side = _side_stream(dev) if _overlap(dev) else None
+    if side is not None:
+        side.wait_stream(main)
+    with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+        tiles = _tile_args(summary, False, q)
+        # The dQ kernel flags and redoes its programs the same way (backward._bwd_dq).
+        leaked_q = _leak_flags(meta, meta.seq_q, meta.heads_q, q)
+        q_args = lambda c: (
+            q, k, v, dout, lse2, delta, dq, leaked_q, db if db is not None else q, seed, km, am,
+            cu_q, cu_k, *tiles[:4], *descs(c, [q, k, v, dout, dq], "mnnmm"), *common,
+            *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
+            *_dense_strides(v, meta.varlen), *_dense_strides(dout, meta.varlen),
+            *_dense_strides(dq, meta.varlen), *_lse_strides(lse2, meta.varlen), *km_s, *am_s,
+            *(db.stride() if db is not None else (0, 0, 0, 0)), *tiles[4:],
+            meta.heads_q, group, meta.seq_q, meta.seq_k,
+            meta.window_left, meta.window_right, meta.head_dim,
+            schedule.sched_chunk(
+                c, *q_grid(c), _head_bytes(meta.seq_k, meta, q) // group, dev, may_empty
+            ),
+        )  # fmt: skip
+        q_grid = lambda c: (triton.cdiv(meta.seq_q, c.block_m), meta.batch * meta.heads_q)
+        extra = {"USE_TMA": tma, "HAS_DBIAS": db is not None, "HAS_DROPOUT": meta.dropout_p > 0}
+        cfg = launch._launch(
+            "bwd_dq", _bwd_dq, q_grid, q_args, meta, dt, dev, meta.seq_q, meta.seq_k, extra
+        )
+        if may_empty:
+            launch.launch_guarded_redo("bwd_dq", _bwd_dq, q_grid(cfg), q_args, meta, dt, dev, cfg,
+                                       extra)  # fmt: skip
     tiles_t = _tile_args(summary, True, q)
     # Where a row can be empty, the dK/dV kernel flags its programs whose results leaked
     # NaN/Inf from an empty row, and a second launch redoes them (backward._bwd_dkdv).
-    may_empty = meta.may_have_empty_rows
     leaked = _leak_flags(meta, meta.seq_k, meta.heads_kv, q)
     kv_args = lambda c: (
         q, k, v, dout, lse2, delta, dk, dv, leaked, seed, km, am, cu_q, cu_k, *tiles_t[:4],
@@ -235,30 +288,10 @@ def backward(
         launch.launch_guarded_redo("bwd_dkdv", _bwd_dkdv, kv_grid(cfg), kv_args, meta, dt, dev, cfg,
                                    kv_extra)  # fmt: skip
 
-    tiles = _tile_args(summary, False, q)
-    # The dQ kernel flags and redoes its programs the same way (backward._bwd_dq).
-    leaked_q = _leak_flags(meta, meta.seq_q, meta.heads_q, q)
-    q_args = lambda c: (
-        q, k, v, dout, lse2, delta, dq, leaked_q, db if db is not None else q, seed, km, am,
-        cu_q, cu_k, *tiles[:4], *descs(c, [q, k, v, dout, dq], "mnnmm"), *common,
-        *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
-        *_dense_strides(v, meta.varlen), *_dense_strides(dout, meta.varlen),
-        *_dense_strides(dq, meta.varlen), *_lse_strides(lse2, meta.varlen), *km_s, *am_s,
-        *(db.stride() if db is not None else (0, 0, 0, 0)), *tiles[4:],
-        meta.heads_q, group, meta.seq_q, meta.seq_k,
-        meta.window_left, meta.window_right, meta.head_dim,
-        schedule.sched_chunk(
-            c, *q_grid(c), _head_bytes(meta.seq_k, meta, q) // group, dev, may_empty
-        ),
-    )  # fmt: skip
-    q_grid = lambda c: (triton.cdiv(meta.seq_q, c.block_m), meta.batch * meta.heads_q)
-    extra = {"USE_TMA": tma, "HAS_DBIAS": db is not None, "HAS_DROPOUT": meta.dropout_p > 0}
-    cfg = launch._launch(
-        "bwd_dq", _bwd_dq, q_grid, q_args, meta, dt, dev, meta.seq_q, meta.seq_k, extra
-    )
-    if may_empty:
-        launch.launch_guarded_redo("bwd_dq", _bwd_dq, q_grid(cfg), q_args, meta, dt, dev, cfg,
-                                   extra)  # fmt: skip
+    if side is not None:
+        # Joined: whatever the caller does next on its stream (a free included: the caching
+        # allocator reuses a block on the stream it was allocated on) comes after dQ.
+        main.wait_stream(side)
     return dq, dk, dv, db
 
 
