@@ -24,7 +24,8 @@
 #           LiveBuildResourcesSuite, ModelStepSuite)
 #   live    docs/perf/live_builds_ptxas.py: every live build's resources under Triton's bundled
 #           ptxas (4 parallel shards, cold compiles) and under torch's (the suites' cache)
-#   overlap docs/perf/bwd_overlap_ab.py: SAFEATTN_BWD_OVERLAP=0 against 1, alternating, x2
+#   overlap docs/perf/bwd_overlap_ab.py --flex: SAFEATTN_BWD_OVERLAP=0 against 1, alternating in one
+#           process, 3 rounds (and FlexAttention on the rows where safeattn trailed it)
 #   d256    docs/perf/tree_ab.py --d256: HEAD against cuDNN at D=256 N=4096
 #   softcap docs/perf/softcap_fp32_probe.py on the failing fp32 case, first configs only
 #   tests   pytest --gpu on $TEST_FILES (default: the kernel test files), $TESTS_S at most
@@ -139,12 +140,8 @@ fi
 
 if want overlap; then
 step overlap
-for rep in 1 2; do
-  for o in 0 1; do
-    SAFEATTN_BWD_OVERLAP=$o timeout 300 python3 docs/perf/bwd_overlap_ab.py >>"$S/overlap.jsonl" 2>>"$S/overlap.err"
-    echo "overlap $o rep $rep rc=$?"
-  done
-done
+timeout "${OVERLAP_S:-420}" python3 docs/perf/bwd_overlap_ab.py --flex >>"$S/overlap.jsonl" 2>>"$S/overlap.err"
+echo "overlap rc=$?"
 python3 docs/perf/bwd_overlap_ab.py --table "$S/overlap.jsonl" >"$S/overlap.txt" 2>&1
 fi
 
