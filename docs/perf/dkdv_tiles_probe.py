@@ -1,18 +1,29 @@
-"""The dK/dV kernel on the Hopper path at D=128 with FlexAttention's backward tile (128 keys
-per program, 8 warps: what Nsight Compute showed its fused kernel launching,
-``ncu_bwd_flex.py``) beside the shipped M32-N64-w4 tiles: per config, the dK/dV kernel's
-CUDA time in one backward (torch.profiler over 10 backwards, µs each), registers, spilled
-bytes and shared memory of the build that ran. Each config is the only dK/dV candidate in
-turn (no table, no cache); the other kernels keep their shipped choice; dQ on the caller's
-stream (SAFEATTN_BWD_OVERLAP=0) so the profile times each kernel alone. A diagnostic.
+"""One backward kernel's tiles on the Hopper path at D=128, each config in turn the only
+candidate for that kernel (no table, no cache; the other kernels keep their shipped choice).
+Per config: the kernel's CUDA time in one backward (torch.profiler over 10 backwards, dQ on
+the caller's stream so each kernel is timed alone), the registers, spilled bytes and shared
+memory of the build that ran, and (``--whole``) the whole backward's median GPU time
+(``benchmarks._gpu_measure.cuda_event_samples``) with dQ beside dK/dV and without. A
+diagnostic.
+
+The default is the dK/dV kernel with FlexAttention's backward tile (128 keys per program,
+8 warps: what Nsight Compute showed its fused kernel launching, ``ncu_bwd_flex.py``) beside
+the shipped M32-N64-w4 tiles (run at b0a04d0, session_7972023_2026-11-29/dkdv_tiles.jsonl).
+``--kernel bwd_dq --whole`` asks whether a dQ tile that shares an SM with dK/dV programs
+(less shared memory than the shipped M128-N64-w8-s4's 198 KB) pays once the two overlap: the
+tuner times each kernel alone and cannot see that.
 
     python docs/perf/dkdv_tiles_probe.py >> tiles.jsonl
+    python docs/perf/dkdv_tiles_probe.py --kernel bwd_dq --whole \\
+        --configs M128-N64-w8-s4,M128-N64-w8-s3,M64-N64-w4-s2,M64-N32-w4-s3 >> dq.jsonl
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -22,7 +33,23 @@ CONFIGS = ["M32-N64-w4-s3", "M64-N128-w8-s2", "M64-N128-w8-s3", "M32-N128-w8-s3"
 SHAPES = [(1024, 1), (4096, 4)]  # (N, query heads per KV head); D=128, dense, bf16
 
 
-def main() -> None:
+def whole_ms(fn, overlap: bool) -> float:
+    from benchmarks._gpu_measure import cuda_event_samples
+
+    os.environ["SAFEATTN_BWD_OVERLAP"] = "1" if overlap else "0"
+    try:
+        return round(statistics.median(cuda_event_samples(fn, 15)), 4)
+    finally:
+        os.environ["SAFEATTN_BWD_OVERLAP"] = "0"
+
+
+def _grad_of(out, leaves, g):
+    import torch
+
+    return lambda: torch.autograd.grad(out, leaves, g, retain_graph=True)
+
+
+def main(kernel: str, names: list[str], whole: bool) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -32,38 +59,46 @@ def main() -> None:
     shipped = configs.candidates
     pick = {"cfg": None}
 
-    def candidates(kernel, bd, dtype, smem_limit=None, masked=False, tma=False, dropout=False):
-        if kernel == "bwd_dkdv" and pick["cfg"] is not None:
+    def candidates(name, bd, dtype, smem_limit=None, masked=False, tma=False, dropout=False):
+        if name == kernel and pick["cfg"] is not None:
             m, n, w, st = (int(x[1:]) for x in pick["cfg"].split("-"))
             return [configs.KernelConfig(m, n, w, st)]
-        return shipped(kernel, bd, dtype, smem_limit, masked, tma, dropout)
+        return shipped(name, bd, dtype, smem_limit, masked, tma, dropout)
 
     configs.candidates = candidates
     for n, gqa in SHAPES:
         q, k, v, g = attention_inputs("safeattn", "bfloat16", n, 128, gqa)
-        for cfg in CONFIGS:
+        for cfg in names:
             pick["cfg"] = cfg
             launch.clear_choices()
-            row = dict(n=n, gqa=gqa, config=cfg)
+            row = dict(kernel=kernel, n=n, gqa=gqa, config=cfg)
             try:
                 out = attention_call("safeattn", False, n, gqa)(q, k, v)
-                torch.autograd.grad(out, (q, k, v), g, retain_graph=True)
+                grad = _grad_of(out, (q, k, v), g)
+                grad()
                 torch.cuda.synchronize()
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:
                     for _ in range(10):
-                        torch.autograd.grad(out, (q, k, v), g, retain_graph=True)
+                        grad()
                     torch.cuda.synchronize()
                 for e in prof.key_averages():
                     for name in ("_bwd_dkdv", "_bwd_dq", "_bwd_preprocess"):
                         if e.key.startswith(name) and e.device_time_total > 0:
                             row[name.strip("_") + "_us"] = round(e.device_time_total / 10, 1)
-                res = launch.launched_kernels()["bwd_dkdv"]
+                res = launch.launched_kernels()[kernel]
                 row.update(ran=res.config, registers=res.registers, spills=res.spills,
                            shared=res.shared_bytes)  # fmt: skip
+                if whole:
+                    row.update(serial_ms=whole_ms(grad, False), overlap_ms=whole_ms(grad, True))
             except Exception as exc:  # a config that does not build: say so, go on
                 row["error"] = str(exc).splitlines()[0][:200]
             print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kernel", choices=["bwd_dkdv", "bwd_dq"], default="bwd_dkdv")
+    ap.add_argument("--configs", help="comma-separated, e.g. M64-N64-w4-s2 (default: CONFIGS)")
+    ap.add_argument("--whole", action="store_true", help="also the whole backward, both ways")
+    args = ap.parse_args()
+    main(args.kernel, args.configs.split(",") if args.configs else CONFIGS, args.whole)
