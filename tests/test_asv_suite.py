@@ -297,8 +297,6 @@ def _fake_launches(monkeypatch, gpu_resources, kernels=("forward", "bwd_dkdv", "
     """Fake safeattn's GPU calls for a live-resources suite: each backward "launches"
     ``kernels`` (a fresh record each, as launch._record makes) and tunes one new forward key;
     returns the list of calls made (args of safeattn.attention)."""
-    from types import SimpleNamespace
-
     from safeattn.kernels import launch
 
     tuned: dict = {}
