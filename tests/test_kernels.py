@@ -9,6 +9,7 @@ plus one unit of rounding at the output's scale.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import subprocess
@@ -25,6 +26,11 @@ from safeattn.kernels import configs, forward, launch, passes
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 DT_IDS = ["fp16", "bf16", "fp32"]
+TEST_META = launch.Meta(
+    varlen=False, batch=1, heads_q=1, heads_kv=1, seq_q=64, seq_k=64, head_dim=32,
+    bottom_right=False, window_left=-1, window_right=-1, has_key_mask=False, mask_kind=0,
+    scale=1.0, deterministic=False,
+)  # fmt: skip
 
 
 def test_side_stream_switch(monkeypatch):
@@ -71,6 +77,42 @@ def test_side_stream_dq_gives_the_serial_gradients(stream, device, monkeypatch):
                                      strict=True):  # fmt: skip
         assert serial is None or torch.equal(serial, overlap), name
     assert torch.isfinite(runs["1"][2]).all(), "dq leaked the excluded NaN keys"
+
+
+@pytest.mark.parametrize("hq,hkv", [(4, 4), (4, 2)], ids=["mha", "gqa"])
+def test_all_full_dkdv_gives_the_general_gradients(hq, hkv, device, on_gpu, monkeypatch):
+    """A dense call whose lengths are multiples of every tile takes the dK/dV kernel's
+    ALL_FULL build (one unmasked loop): it gives bit for bit what the general build (masked
+    ranges around the full one, all empty here) gives, and agrees with the reference."""
+    n = pick(on_gpu, 64, 1024)
+    meta = dataclasses.replace(TEST_META, seq_q=n, seq_k=n)
+    assert meta.all_full(configs.largest_block(not on_gpu))
+    q, k, v = rand_qkv(2, hq, hkv, n, n, pick(on_gpu, 32, 128), torch.bfloat16, device, seed=3)
+    do = torch.randn(q.shape, device=device).to(q.dtype)
+    full = fwd_bwd(safeattn.attention, q, k, v, do)
+    monkeypatch.setattr(configs, "largest_block", lambda interpreted: 2 * n)  # not full
+    launch.clear_choices()
+    general = fwd_bwd(safeattn.attention, q, k, v, do)
+    for name, a, b in zip(("dq", "dk", "dv"), full[2:], general[2:], strict=True):
+        assert torch.equal(a, b), name
+    check_against_reference(q, k, v)
+
+
+def test_all_full_needs_whole_tiles_and_no_exclusion():
+    """``Meta.all_full``: lengths multiples of the largest tile, no window, mask, block mask
+    or varlen; the largest tile is that of the configs that can run."""
+    edge = configs.largest_block(False)
+    assert edge >= max(c.block_n for c in configs.candidates("bwd_dkdv", 128, torch.bfloat16))
+    assert configs.largest_block(True) == max(
+        max(configs.interpreter_config(k).block_m, configs.interpreter_config(k).block_n)
+        for k in configs.KERNELS
+    )
+    dense = dataclasses.replace(TEST_META, seq_q=2 * edge, seq_k=edge)
+    assert dense.all_full(edge)
+    for change in (dict(seq_q=2 * edge + 16), dict(seq_k=edge - 16), dict(window_right=0),
+                   dict(window_left=5), dict(has_key_mask=True), dict(mask_kind=2),
+                   dict(varlen=True), dict(sparse_q=128, sparse_k=128)):  # fmt: skip
+        assert not dataclasses.replace(dense, **change).all_full(edge), change
 
 
 def pick(on_gpu: bool, cpu, gpu):

@@ -16,6 +16,9 @@ tuner times each kernel alone and cannot see that.
     python docs/perf/dkdv_tiles_probe.py >> tiles.jsonl
     python docs/perf/dkdv_tiles_probe.py --kernel bwd_dq --whole \\
         --configs M128-N64-w8-s4,M128-N64-w8-s3,M64-N64-w4-s2,M64-N32-w4-s3 >> dq.jsonl
+
+These dense calls' lengths are multiples of every tile: since the dK/dV kernel's ALL_FULL
+build (one unmasked loop, ``backward._dkdv_head``) they run that build.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 os.environ.update(SAFEATTN_TUNING_CACHE="0", SAFEATTN_AUTOTUNE="1", SAFEATTN_BWD_OVERLAP="0")
 CONFIGS = ["M32-N64-w4-s3", "M64-N128-w8-s2", "M64-N128-w8-s3", "M32-N128-w8-s3",
            "M64-N64-w4-s2", "M64-N64-w8-s2"]  # fmt: skip
-SHAPES = [(1024, 1), (4096, 4)]  # (N, query heads per KV head); D=128, dense, bf16
+SHAPES = [(1024, 1), (4096, 1), (4096, 4)]  # (N, query heads per KV head); D=128, dense, bf16
 
 
 def whole_ms(fn, overlap: bool) -> float:

@@ -386,10 +386,12 @@ def _dkdv_head(
     FOLD_DELTA: tl.constexpr,
     heads=1, stride_qh=0, stride_doh=0, stride_lh=0, stride_amh=0, rng_head=0,
     HEADS: tl.constexpr = False,
+    ALL_FULL: tl.constexpr = False,
 ):  # fmt: skip
     """All the query blocks of one query head that see this program's keys, into dK, dV:
     (SPARSE) the head's transposed tile lists at ``num_off``/``idx_off``, full tiles then
-    partial ones; else the analytic ranges, masked / fully allowed / masked."""
+    partial ones; (ALL_FULL) every query block, unmasked; else the analytic ranges, masked /
+    fully allowed / masked."""
     if SPARSE:
         SUB: tl.constexpr = SPARSE_Q // BLOCK_M
         n_full = tl.load(FullNum + num_off) * SUB
@@ -413,6 +415,22 @@ def _dkdv_head(
             HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_M, False,
             USE_TMA, DOT_PRECISION, UPCAST_DOT,
             rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
+        )  # fmt: skip
+    elif ALL_FULL:
+        # NOTE: a call without window, mask or varlen whose lengths are multiples of every
+        # tile (passes.all_full) has no masked block. Compiled without the two masked loops,
+        # the D=128 Hopper build holds fewer registers: M64-N64-w4-s2 223 registers and no
+        # spill, 255 and 48-56 B with them (sm90, triton 3.6, static).
+        dk, dv = _dkdv_inner(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
+            DescdO, q_b, q_h, 0,
+            n_q // BLOCK_M, FullIdx, offs_n, offs_m0, offs_d, n_q, n_k,
+            diag, window_left, window_right, qk_scale, softcap, head_dim, stride_qm, stride_qd,
+            stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, False, GUARD,
+            False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
+            HAS_SOFTCAP, BLOCK_M, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
+            heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS,
         )  # fmt: skip
     else:
         lo, full_lo, full_hi, hi = _query_ranges(
@@ -494,6 +512,7 @@ def _bwd_dkdv(
     USE_TMA: tl.constexpr = False,  # the Hopper path (kernels/hopper.py)
     HAS_DROPOUT: tl.constexpr = False,  # the forward's dropout (forward._kept), regenerated
     FOLD_DELTA: tl.constexpr = False,  # _dkdv_step's register note (passes.backward sets it)
+    ALL_FULL: tl.constexpr = False,  # every pair allowed, no tails: _dkdv_head's note
 ):  # fmt: skip
     """Grid: (cdiv(max Nk, BLOCK_N), B * Hkv). Writes dK, dV for BLOCK_N keys of one KV head,
     summing over the GQA group's query heads in a fixed order.
@@ -608,6 +627,7 @@ def _bwd_dkdv(
             USE_TMA, DOT_PRECISION, UPCAST_DOT,
             rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
             group, stride_qh, stride_doh, stride_lh, stride_amh, seq_q * rng_stride, FLAT,
+            ALL_FULL,
         )  # fmt: skip
 
     if HAS_DROPOUT:

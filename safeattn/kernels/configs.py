@@ -92,8 +92,13 @@ _HOPPER_FORWARD: dict[int, list[KernelConfig]] = {
 # M64-N128-w8-s2, which the tuner once took for the left-padded causal shape, spilled (16 B).
 # The other head dims' sweeps (D=64, D=256 causal) chose configs the portable lists already
 # hold first or second.
+# dK/dV M64-N128-w8-s3 (FlexAttention's backward tile): the dense ALL_FULL build
+# (backward._dkdv_head) holds it in 232-244 registers without spills, and it ran 539 / 1789 /
+# 1982 us against M32-N64-w4-s3's 562 / 1965 / 2079 (bf16 dense N=1024, N=4096, N=4096 GQA 4;
+# H200, docs/perf/dkdv_tiles_probe.py, session_full_dkdv_2026-11-29/). Its other builds spill,
+# so the tuner's spill filter leaves it to the dense calls; last, so no untuned call takes it.
 _HOPPER_BACKWARD: dict[str, dict[int, list[KernelConfig]]] = {
-    "bwd_dkdv": {**_HALF["bwd_dkdv"], 128: [C(32, 64, 4, 3), C(32, 64, 4, 4)]},
+    "bwd_dkdv": {**_HALF["bwd_dkdv"], 128: [C(32, 64, 4, 3), C(32, 64, 4, 4), C(64, 128, 8, 3)]},
     "bwd_dq": {**_HALF["bwd_dq"],
                128: [C(64, 64, 4, 2), C(128, 64, 8, 4), C(128, 64, 8, 3), C(64, 32, 4, 3)]},
 }  # fmt: skip
@@ -239,6 +244,18 @@ def keep(cfg: KernelConfig, kernel: str, head_dim_block: int) -> bool:
 def interpreter_config(kernel: str) -> KernelConfig:
     """The single config used under ``TRITON_INTERPRET=1``."""
     return _INTERPRETER[kernel]
+
+
+def largest_block(interpreted: bool) -> int:
+    """The largest tile edge (rows or keys) of any config that can run: a sequence length
+    that is a multiple of it leaves no partial tile under any of them (``launch.Meta.all_full``).
+    ``interpreted``: under ``TRITON_INTERPRET=1``, where only :func:`interpreter_config` runs."""
+    if interpreted:
+        listed = list(_INTERPRETER.values())
+    else:
+        listed = [c for table in (_HALF, _FP32, _HOPPER) for per_dim in table.values()
+                  for cfgs in per_dim.values() for c in cfgs]  # fmt: skip
+    return max(max(c.block_m, c.block_n) for c in listed)
 
 
 def autotune_enabled() -> bool:

@@ -131,6 +131,14 @@ class Meta:
         return (self.window_left >= 0 or self.window_right >= 0 or self.has_key_mask
                 or self.mask_kind != 0)  # fmt: skip
 
+    def all_full(self, largest_block: int) -> bool:
+        """Every (query, key) pair allowed (no window, mask or block mask; not varlen) and
+        both lengths multiples of ``largest_block`` (``configs.largest_block``), so that no
+        config has a partial tile: the dK/dV kernel's ALL_FULL build
+        (``backward._dkdv_head``'s note)."""
+        whole = self.seq_q % largest_block == 0 and self.seq_k % largest_block == 0
+        return whole and not (self.varlen or self.sparse or self.may_have_empty_rows)
+
     @property
     def flags(self) -> tuple[tuple[str, int], ...]:
         """What a config choice depends on besides kernel, dtype and sizes: the kernels'
@@ -223,9 +231,11 @@ def _launch(name, fn, grid, args, meta, dtype, device, seq_q, seq_k, extra=None)
         cfg = configs.interpreter_config(name)
         fn[grid(cfg)](*args_of(cfg), **_constexprs(meta, dtype, cfg), **extra)
         return cfg
-    # A GQA dK/dV program loops over its query-head group: keyed apart from GQA-free calls.
-    gqa = (("gqa", 1),) if extra.get("GQA") else ()
-    key = configs.tune_key(name, dtype, meta.head_dim, seq_q, seq_k, meta.flags + gqa)
+    # A GQA dK/dV program loops over its query-head group, and ALL_FULL compiles another dK/dV
+    # kernel (one whose spills differ): both keyed apart, named only when on.
+    own = tuple((flag, 1) for flag, const in (("gqa", "GQA"), ("full", "ALL_FULL"))
+                if extra.get(const))  # fmt: skip
+    key = configs.tune_key(name, dtype, meta.head_dim, seq_q, seq_k, meta.flags + own)
     gpu_names = _gpu_names(
         device.index if device.index is not None else torch.cuda.current_device()
     )

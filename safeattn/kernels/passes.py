@@ -279,8 +279,9 @@ def backward(
         ),
     )  # fmt: skip
     kv_grid = lambda c: (triton.cdiv(meta.seq_k, c.block_n), meta.batch * meta.heads_kv)
+    full = meta.all_full(configs.largest_block(launch.INTERPRET or dev.type != "cuda"))
     kv_extra = {"GQA": group > 1, "USE_TMA": tma, "HAS_DROPOUT": meta.dropout_p > 0,
-                "FOLD_DELTA": hopper.fold_delta(tma, bd)}
+                "FOLD_DELTA": hopper.fold_delta(tma, bd), "ALL_FULL": full}
     cfg = launch._launch(
         "bwd_dkdv", _bwd_dkdv, kv_grid, kv_args, meta, dt, dev, meta.seq_q, meta.seq_k, kv_extra
     )
