@@ -367,6 +367,29 @@ def test_a_gqa_dkdv_call_has_a_key_of_its_own(gpu):
     assert keys == {plain: "table", plain + " gqa=1": "tuned"}, keys
 
 
+def test_an_all_full_dkdv_call_has_a_key_of_its_own(gpu):
+    """The ALL_FULL dK/dV build (no masked loops) spills differently from the general one, so
+    its choice is keyed apart ("full=1"): a table entry of the general build is not used
+    for it, nor is its choice used for a call whose lengths leave partial tiles."""
+    shipped = [str(c) for c in configs.candidates("bwd_dkdv", 128, torch.bfloat16, LIMIT)]
+    plain = tuning.key_text(configs.tune_key("bwd_dkdv", torch.bfloat16, 128, 1000, 1000,
+                                             META.flags))  # fmt: skip
+    write_table(gpu.tables / f"{GPU}.json", {plain: shipped[1]})
+    gpu.times = {shipped[1]: 2.0}
+
+    def dkdv(full: bool) -> str:
+        gpu.kernel = FakeKernel()
+        cfg = launch._launch("bwd_dkdv", gpu.kernel, lambda c: (1,), (), META, torch.bfloat16,
+                             torch.device("cuda", 0), META.seq_q, META.seq_k,
+                             {"ALL_FULL": full})  # fmt: skip
+        return str(cfg)
+
+    assert dkdv(True) != shipped[1]
+    assert dkdv(False) == shipped[1]
+    keys = {tuning.key_text(k[:-1]): s for k, s in launch.config_sources().items()}
+    assert keys == {plain: "table", plain + " full=1": "tuned"}, keys
+
+
 def test_the_interpreter_keeps_its_config_and_records_nothing(monkeypatch):
     monkeypatch.setattr(launch, "INTERPRET", True)
     launch.clear_choices()
@@ -506,6 +529,27 @@ def test_the_sweep_keeps_the_majority_and_merges_the_table(monkeypatch, tmp_path
     # a tie goes to the earlier candidate
     tie = tune.vote([run(b, 0.0), run(a, 0.0)])
     assert tie[k1]["config"] == a
+
+
+def test_new_keys_only_adds_what_the_table_lacks(monkeypatch, tmp_path, capsys):
+    """--new-keys-only: a key the table has keeps its entry whatever the sweep chose; a key
+    it lacks is added; the table's description keeps what it said and names the addition."""
+    tune, bench_env = _benchmarks("tune"), _benchmarks("_env")
+    a, b = CANDIDATES[:2]
+    old, new = key_of(), key_of(replace(META, seq_q=5000, seq_k=5000))
+    run = {old: tuning.make_entry(a, [(a, 1.0), (b, 2.0)]),
+           new: tuning.make_entry(a, [(a, 1.0), (b, 2.0)])}  # fmt: skip
+    monkeypatch.setattr(tune, "_one_repeat", lambda todo, r, n: (run, GPU, {"triton": "3.9"}, 0))
+    monkeypatch.setattr(bench_env, "cuda_usable", lambda: True)
+    table = tmp_path / f"{GPU}.json"
+    write_table(table, {old: b})
+    before = json.loads(table.read_text())["about"]
+    assert tune.main(["--repeats", "1", "--out", str(tmp_path), "--new-keys-only"]) == 0
+    entries = tuning.read_entries(table)
+    assert entries[old]["config"] == b and entries[new]["config"] == a
+    about = json.loads(table.read_text())["about"]
+    assert about.startswith(before) and "the keys it lacked" in about, about
+    assert f"[tune] {old}: {a} not written (the table has it)" in capsys.readouterr().out
 
 
 def test_prune_drops_only_the_entries_naming_unshipped_configs(tmp_path, capsys):

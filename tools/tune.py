@@ -5,6 +5,7 @@ table (``safeattn/kernels/tuning_tables/<gpu>.json``, committed and reviewed lik
                               [--gpu NAME] [--out DIR]
     python -m tools.tune --list    # the calls it would tune, and the table's keys
     python -m tools.tune --prune --gpu NAME   # drop the entries naming unshipped configs
+    python -m tools.tune --new-keys-only      # add the keys the table lacks, keep the rest
 
 Not an asv suite (asv imports every module here, so nothing beyond the standard library is
 imported at module level).
@@ -22,7 +23,9 @@ What it writes: the tuned keys merged into the table of this GPU (the CUDA devic
 slug, as the asv machine is named; ``--gpu sm90`` names an architecture's table instead),
 keys it did not reach kept as they were unless their config is no longer shipped
 (a candidate list changed since: ``tuning.shipped``; each dropped key is printed, and
-``--prune`` does only that, without a GPU). Each entry has the config, the candidates' median
+``--prune`` does only that, without a GPU). ``--new-keys-only`` writes only the tuned keys
+the table has no entry for (a new kernel build's keys), so that the table's other choices
+stay as the suites measured them. Each entry has the config, the candidates' median
 times over the repeats and the votes. It prints one line per call and one per key, marking
 the keys whose config changed from the table's.
 """
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import collections
 import concurrent.futures
+import json
 import multiprocessing
 import os
 import statistics
@@ -160,8 +164,6 @@ def drop_unshipped(entries: dict[str, dict]) -> dict[str, dict]:
 
 def _prune(path: Path, name: str) -> int:
     """``--prune``: rewrite one table without its stale entries (no GPU needed)."""
-    import json
-
     from safeattn.kernels import tuning
 
     if not path.exists():
@@ -187,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", "--dry-run", action="store_true", help="list, run nothing")
     parser.add_argument("--prune", action="store_true",
                         help="only drop --gpu's entries that name unshipped configs")  # fmt: skip
+    parser.add_argument("--new-keys-only", action="store_true",
+                        help="write only the tuned keys the table lacks")  # fmt: skip
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
@@ -231,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     path = out / f"{name}.json"
     table = tuning.read_entries(path)
     merged = vote(runs)
+    if args.new_keys_only:
+        for key in [k for k in merged if k in table]:
+            _say(f"{key}: {merged.pop(key)['config']} not written (the table has it)")
     for key, entry in merged.items():
         old = table.get(key, {}).get("config")
         change = "new" if old is None else ("same" if old == entry["config"] else f"was {old}")
@@ -242,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         f" majority of {args.repeats} process(es); torch {versions.get('torch')}, "
         f"triton {versions.get('triton')}"
     )
+    if args.new_keys_only and path.exists():
+        about = f"{json.loads(path.read_text())['about']}; the keys it lacked: {about}"
     tuning.write_entries(path, name, table, about)
     seconds = time.perf_counter() - start
     _say(f"{len(merged)} keys tuned, {len(table)} in {path} ({seconds:.0f} s, {failed} failed)")
