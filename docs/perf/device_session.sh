@@ -9,7 +9,7 @@
 #
 # Steps (STEPS, in this order; default: ab probe ncu suites tests), each logged under $S
 # (default /tmp/sess):
-#   tune    tools.prewarm, then tools.tune --repeats $TUNE_REPEATS (default 3) alone on the GPU,
+#   tune    tools.prewarm, then tools.tune --repeats $TUNE_REPEATS (default 3) $TUNE_ARGS alone on the GPU,
 #           committed there as $GIT_AUTHOR_NAME/$GIT_AUTHOR_EMAIL at $TUNE_DATE with the log under
 #           docs/perf/ (the same commit made here from $S/tune_commit/ has the same hash, so the
 #           suites' results that follow name it); TUNE_LOG names the log where one of that
@@ -53,17 +53,20 @@ if want tune; then
 step tune
 python3 -m tools.prewarm --workers 12 >"$S/prewarm.log" 2>&1
 echo "prewarm rc=$?"
-timeout "${TUNE_S:-900}" python3 -m tools.tune --repeats "${TUNE_REPEATS:-3}" >"$S/tune.raw" 2>&1
+# shellcheck disable=SC2086  # TUNE_ARGS is a word list (e.g. --kind speed --new-keys-only)
+timeout "${TUNE_S:-900}" python3 -m tools.tune --repeats "${TUNE_REPEATS:-3}" ${TUNE_ARGS:-} \
+  >"$S/tune.raw" 2>&1
 rc=$?
 echo "tune rc=$rc"
 slug=$(python3 -c "import torch; from safeattn.kernels import tuning; print(tuning.gpu_slug(torch.cuda.get_device_name()))")
 log="${TUNE_LOG:-docs/perf/tune_${slug#nvidia-}_${TUNE_DATE%%T*}.log}"  # TUNE_LOG: a second tune that day
-{ echo "# python -m tools.tune --repeats ${TUNE_REPEATS:-3} at $(git rev-parse --short HEAD) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader), $(python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'), alone on the GPU after python -m tools.prewarm --workers 12 (docs/perf/device_session.sh, step tune)"
+{ echo "# python -m tools.tune --repeats ${TUNE_REPEATS:-3} ${TUNE_ARGS:+$TUNE_ARGS }at $(git rev-parse --short HEAD) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader), $(python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'), alone on the GPU after python -m tools.prewarm --workers 12 (docs/perf/device_session.sh, step tune)"
   cat "$S/tune.raw"; echo "exit $rc"; } >"$log"
 if [ "$rc" = 0 ] && [ -n "${TUNE_DATE:-}" ]; then
   mkdir -p "$S/tune_commit/$(dirname "$log")" "$S/tune_commit/safeattn/kernels/tuning_tables"
   tail -1 "$S/tune.raw" | sed 's/^\[tune\] //' >"$S/tune.summary"
-  printf '%s\n\n%s\n' "tuning: the ${slug}'s table re-tuned with the Hopper path's keys (tma=1), from tools/tune.py --repeats ${TUNE_REPEATS:-3} on an $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
+  what="${TUNE_WHAT:-re-tuned with the Hopper path keys (tma=1)}"  # TUNE_WHAT: what this tune adds
+  printf '%s\n\n%s\n' "tuning: the ${slug}'s table ${what}, from tools/tune.py --repeats ${TUNE_REPEATS:-3} ${TUNE_ARGS:+$TUNE_ARGS }on an $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
     "$(cat "$S/tune.summary"); log $log (made on the device machine by docs/perf/device_session.sh, same identity and date here, so the suites' results name this commit)" >"$S/tune_commit/message"
   git add "$log" "safeattn/kernels/tuning_tables/${slug}.json"
   GIT_AUTHOR_DATE="$TUNE_DATE" GIT_COMMITTER_DATE="$TUNE_DATE" GIT_COMMITTER_NAME="$GIT_AUTHOR_NAME" \
