@@ -80,20 +80,24 @@ def test_side_stream_dq_gives_the_serial_gradients(stream, device, monkeypatch):
 
 
 @pytest.mark.parametrize("hq,hkv", [(4, 4), (4, 2)], ids=["mha", "gqa"])
-def test_all_full_dkdv_gives_the_general_gradients(hq, hkv, device, on_gpu, monkeypatch):
-    """A dense call whose lengths are multiples of every tile takes the dK/dV kernel's
-    ALL_FULL build (one unmasked loop): it gives bit for bit what the general build (masked
-    ranges around the full one, all empty here) gives, and agrees with the reference."""
+def test_all_full_builds_give_the_general_results(hq, hkv, device, on_gpu, monkeypatch):
+    """A dense call whose lengths are multiples of every tile takes the forward's and the
+    dK/dV kernel's ALL_FULL builds (one unmasked loop): they give bit for bit what the
+    general builds (masked ranges around the full one, all empty here) give, and agree with
+    the reference."""
     n = pick(on_gpu, 64, 1024)
     meta = dataclasses.replace(TEST_META, seq_q=n, seq_k=n)
     assert meta.all_full(configs.largest_block(not on_gpu))
     q, k, v = rand_qkv(2, hq, hkv, n, n, pick(on_gpu, 32, 128), torch.bfloat16, device, seed=3)
     do = torch.randn(q.shape, device=device).to(q.dtype)
-    full = fwd_bwd(safeattn.attention, q, k, v, do)
+    monkeypatch.setenv("SAFEATTN_AUTOTUNE", "0")  # both builds with the same configs,
+    for memo in ("_CHOSEN", "_SOURCES"):  # chosen apart from (and forgotten after) the others
+        monkeypatch.setattr(launch, memo, {})
+    full = fwd_bwd(safeattn.attention, q, k, v, do, return_lse=True)
     monkeypatch.setattr(configs, "largest_block", lambda interpreted: 2 * n)  # not full
     launch.clear_choices()
-    general = fwd_bwd(safeattn.attention, q, k, v, do)
-    for name, a, b in zip(("dq", "dk", "dv"), full[2:], general[2:], strict=True):
+    general = fwd_bwd(safeattn.attention, q, k, v, do, return_lse=True)
+    for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), full, general, strict=True):
         assert torch.equal(a, b), name
     check_against_reference(q, k, v)
 
