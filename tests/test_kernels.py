@@ -81,10 +81,9 @@ def test_side_stream_dq_gives_the_serial_gradients(stream, device, monkeypatch):
 
 @pytest.mark.parametrize("hq,hkv", [(4, 4), (4, 2)], ids=["mha", "gqa"])
 def test_all_full_builds_give_the_general_results(hq, hkv, device, on_gpu, monkeypatch):
-    """A dense call whose lengths are multiples of every tile takes the forward's and the
-    dK/dV kernel's ALL_FULL builds (one unmasked loop): they give bit for bit what the
-    general builds (masked ranges around the full one, all empty here) give, and agree with
-    the reference."""
+    """A dense call whose lengths are multiples of every tile takes the dK/dV kernel's
+    ALL_FULL build (one unmasked loop): it gives bit for bit what the general build (masked
+    ranges around the full one, all empty here) gives, and agrees with the reference."""
     n = pick(on_gpu, 64, 1024)
     meta = dataclasses.replace(TEST_META, seq_q=n, seq_k=n)
     assert meta.all_full(configs.largest_block(not on_gpu))

@@ -4,7 +4,9 @@ the Hopper path at D=128, bf16, dense, SpeedSuite's shapes, with SDPA's cuDNN ba
 Per (shape, config, build): the forward's median GPU time (``cuda_event_samples``, 30 calls,
 as SpeedSuite times it: inputs requiring grad), and the registers, spilled bytes and shared
 memory of the build that ran. Each config is in turn the only candidate (no table, no cache).
-A diagnostic: one JSON line per row.
+A diagnostic: one JSON line per row. It ran at 66296ff (results:
+session_full_dkdv_2026-11-29/fwd_all_full.jsonl); the forward's ALL_FULL build was taken out
+again after it (slower), so at later commits both of its builds are the general one.
 
     python docs/perf/fwd_full_probe.py > fwd_full.jsonl
 """

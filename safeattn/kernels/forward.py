@@ -488,14 +488,11 @@ def _fwd_rows(
     UPCAST_DOT: tl.constexpr,
     rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT: tl.constexpr,
     FOLD_SCALE: tl.constexpr,
-    ALL_FULL: tl.constexpr = False,
 ):  # fmt: skip
     """All key blocks of one program's rows: (acc, m_i, l_i, row_bad) of the online softmax.
 
     SPARSE: the row block's full key tiles (plain path), then its partial ones (masked);
-    empty tiles are never visited. ALL_FULL: every key block, unmasked (``launch.Meta.all_full``:
-    a dense call whose lengths are multiples of every tile). Otherwise: the analytic ranges of
-    ``_key_ranges``."""
+    empty tiles are never visited. Otherwise: the analytic ranges of ``_key_ranges``."""
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -526,18 +523,6 @@ def _fwd_rows(
             qk_scale, softcap, head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn,
             stride_amm, stride_amn, True, GUARD, True, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, USE_TMA, DOT_PRECISION,
-            UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_SCALE,
-        )  # fmt: skip
-    elif ALL_FULL:
-        # NOTE: only the full loop compiled (backward._dkdv_head's note on the same build).
-        acc, m_i, l_i, row_bad = _fwd_inner(
-            acc, m_i, l_i, row_bad, q, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
-            kv_h, 0, n_k, FullIdx,
-            offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
-            head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
-            stride_amn, False, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
-            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, EVEN_D, USE_TMA, DOT_PRECISION,
             UPCAST_DOT,
             rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_SCALE,
         )  # fmt: skip
@@ -640,7 +625,6 @@ def _attn_fwd(
     GUARD: tl.constexpr = False,  # the second launch: redo the programs flagged in Leaked
     HAS_DROPOUT: tl.constexpr = False,  # drop pairs with probability dropout_p (_kept)
     FOLD_SCALE: tl.constexpr = True,  # only for qk_scale > 0 (_fwd_step): passes.forward sets it
-    ALL_FULL: tl.constexpr = False,  # every pair allowed, no tails: _fwd_rows
 ):  # fmt: skip
     """Grid: (cdiv(max Nq, BLOCK_M), B * Hq). Writes Out rows and Lse2 (log2-domain LSE).
 
@@ -722,7 +706,7 @@ def _attn_fwd(
         stride_snb, stride_snh, stride_sib, stride_sih, stride_sir, GUARD, HAS_WINDOW_LEFT,
         HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M,
         BLOCK_N, BLOCK_D, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
-        rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_SCALE, ALL_FULL,
+        rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_SCALE,
     )  # fmt: skip
     # NOTE: excluded values — a non-finite accumulator means NaN/Inf in V reached the
     # product, whether from an allowed key (the guard marks the row) or an excluded one (the

@@ -135,10 +135,8 @@ def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None, 
 
     grid = lambda c: (triton.cdiv(meta.seq_q, c.block_m), meta.batch * meta.heads_q)
     kv_bytes = _head_bytes(meta.seq_k, meta, q) // (meta.heads_q // meta.heads_kv)
-    full = meta.all_full(configs.largest_block(launch.INTERPRET or q.device.type != "cuda"))
     # FOLD_SCALE: forward._fwd_step's scale folding, exact for a positive scale only.
-    extra = {"USE_TMA": tma, "HAS_DROPOUT": meta.dropout_p > 0, "FOLD_SCALE": meta.scale > 0,
-             "ALL_FULL": full}
+    extra = {"USE_TMA": tma, "HAS_DROPOUT": meta.dropout_p > 0, "FOLD_SCALE": meta.scale > 0}
     cfg = launch._launch(
         "forward", _attn_fwd, grid, args, meta, q.dtype, q.device, meta.seq_q, meta.seq_k, extra
     )
