@@ -418,7 +418,7 @@ def _dkdv_head(
         )  # fmt: skip
     elif ALL_FULL:
         # NOTE: a call without window, mask or varlen whose lengths are multiples of every
-        # tile (passes.all_full) has no masked block. Compiled without the two masked loops,
+        # tile (launch.Meta.all_full) has no masked block. Compiled without the two masked loops,
         # the D=128 Hopper build holds fewer registers: M64-N64-w4-s2 223 registers and no
         # spill, 255 and 48-56 B with them (sm90, triton 3.6, static).
         dk, dv = _dkdv_inner(
