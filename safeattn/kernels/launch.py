@@ -14,6 +14,10 @@ CUDA graphs: a launch is capturable once its kernel is compiled and its config c
 can happen in a capture (tuning synchronises, compiling loads a module). A missing tune key or
 specialisation (new strides) in a capture raises a RuntimeError asking for an eager warm-up
 call; a fallback config would compile inside the capture and differ from the eager results.
+
+Why one file over ~400 lines: the config choice and the tune key it is made under (``Meta``'s
+flags, and the builds a call takes: ``Meta.all_full``, the GQA loop) change together, and the
+CUDA-graph errors here are that choice's own failure modes.
 """
 
 from __future__ import annotations
