@@ -79,31 +79,35 @@ def test_side_stream_dq_gives_the_serial_gradients(stream, device, monkeypatch):
     assert torch.isfinite(runs["1"][2]).all(), "dq leaked the excluded NaN keys"
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["dense", "causal"])
 @pytest.mark.parametrize("hq,hkv", [(4, 4), (4, 2)], ids=["mha", "gqa"])
-def test_all_full_builds_give_the_general_results(hq, hkv, device, on_gpu, monkeypatch):
-    """A dense call whose lengths are multiples of every tile takes the dK/dV kernel's
-    ALL_FULL build (one unmasked loop): it gives bit for bit what the general build (masked
-    ranges around the full one, all empty here) gives, and agrees with the reference."""
+def test_no_tail_builds_give_the_general_results(hq, hkv, causal, device, on_gpu, monkeypatch):
+    """A call whose lengths are multiples of every tile takes the backward kernels' NO_TAIL
+    builds (no trailing masked loop: dK/dV's always, dQ's when not causal): they give bit
+    for bit what the general builds (that loop compiled, empty here) give, and agree with
+    the reference."""
     n = pick(on_gpu, 64, 1024)
-    meta = dataclasses.replace(TEST_META, seq_q=n, seq_k=n)
-    assert meta.all_full(configs.largest_block(not on_gpu))
+    meta = dataclasses.replace(TEST_META, seq_q=n, seq_k=n, window_right=0 if causal else -1)
+    edge = configs.largest_block(not on_gpu)
+    assert meta.no_tail(edge, "bwd_dkdv") and meta.no_tail(edge, "bwd_dq") != causal
     q, k, v = rand_qkv(2, hq, hkv, n, n, pick(on_gpu, 32, 128), torch.bfloat16, device, seed=3)
     do = torch.randn(q.shape, device=device).to(q.dtype)
     monkeypatch.setenv("SAFEATTN_AUTOTUNE", "0")  # both builds with the same configs,
     for memo in ("_CHOSEN", "_SOURCES"):  # chosen apart from (and forgotten after) the others
         monkeypatch.setattr(launch, memo, {})
-    full = fwd_bwd(safeattn.attention, q, k, v, do, return_lse=True)
-    monkeypatch.setattr(configs, "largest_block", lambda interpreted: 2 * n)  # not full
+    no_tail = fwd_bwd(safeattn.attention, q, k, v, do, causal=causal, return_lse=True)
+    check_against_reference(q, k, v, causal=causal)
+    monkeypatch.setattr(configs, "largest_block", lambda interpreted: 2 * n)  # partial tiles
     launch.clear_choices()
-    general = fwd_bwd(safeattn.attention, q, k, v, do, return_lse=True)
-    for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), full, general, strict=True):
+    general = fwd_bwd(safeattn.attention, q, k, v, do, causal=causal, return_lse=True)
+    for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), no_tail, general, strict=True):
         assert torch.equal(a, b), name
-    check_against_reference(q, k, v)
 
 
-def test_all_full_needs_whole_tiles_and_no_exclusion():
-    """``Meta.all_full``: lengths multiples of the largest tile, no window, mask, block mask
-    or varlen; the largest tile is that of the configs that can run."""
+def test_no_tail_needs_whole_tiles_no_mask_and_no_window_on_its_side():
+    """``Meta.no_tail``: lengths multiples of the largest tile, no mask, block mask or
+    varlen, and no window on the kernel's trailing side (dK/dV: left, dQ: right, which
+    causal is); the largest tile is that of the configs that can run."""
     edge = configs.largest_block(False)
     assert edge >= max(c.block_n for c in configs.candidates("bwd_dkdv", 128, torch.bfloat16))
     assert configs.largest_block(True) == max(
@@ -111,11 +115,15 @@ def test_all_full_needs_whole_tiles_and_no_exclusion():
         for k in configs.KERNELS
     )
     dense = dataclasses.replace(TEST_META, seq_q=2 * edge, seq_k=edge)
-    assert dense.all_full(edge)
-    for change in (dict(seq_q=2 * edge + 16), dict(seq_k=edge - 16), dict(window_right=0),
-                   dict(window_left=5), dict(has_key_mask=True), dict(mask_kind=2),
-                   dict(varlen=True), dict(sparse_q=128, sparse_k=128)):  # fmt: skip
-        assert not dataclasses.replace(dense, **change).all_full(edge), change
+    both = ("bwd_dkdv", "bwd_dq")
+    cases = [(dict(), both), (dict(window_right=0), ("bwd_dkdv",)),
+             (dict(window_left=5), ("bwd_dq",)), (dict(window_left=5, window_right=0), ())]
+    cases += [(change, ()) for change in (
+        dict(seq_q=2 * edge + 16), dict(seq_k=edge - 16), dict(has_key_mask=True),
+        dict(mask_kind=2), dict(varlen=True), dict(sparse_q=128, sparse_k=128))]  # fmt: skip
+    for change, takes in cases:
+        meta = dataclasses.replace(dense, **change)
+        assert {k for k in both if meta.no_tail(edge, k)} == set(takes), change
 
 
 def pick(on_gpu: bool, cpu, gpu):

@@ -367,10 +367,10 @@ def test_a_gqa_dkdv_call_has_a_key_of_its_own(gpu):
     assert keys == {plain: "table", plain + " gqa=1": "tuned"}, keys
 
 
-def test_an_all_full_dkdv_call_has_a_key_of_its_own(gpu):
-    """The ALL_FULL dK/dV build (no masked loops) spills differently from the general one, so
-    its choice is keyed apart ("full=1"): a table entry of the general build is not used
-    for it, nor is its choice used for a call whose lengths leave partial tiles."""
+def test_a_no_tail_dkdv_call_has_a_key_of_its_own(gpu):
+    """The NO_TAIL dK/dV build (no trailing masked loop) spills differently from the general
+    one, so its choice is keyed apart ("full=1"): a table entry of the general build is not
+    used for it, nor is its choice used for a call whose lengths leave partial tiles."""
     shipped = [str(c) for c in configs.candidates("bwd_dkdv", 128, torch.bfloat16, LIMIT)]
     plain = tuning.key_text(configs.tune_key("bwd_dkdv", torch.bfloat16, 128, 1000, 1000,
                                              META.flags))  # fmt: skip
@@ -381,7 +381,7 @@ def test_an_all_full_dkdv_call_has_a_key_of_its_own(gpu):
         gpu.kernel = FakeKernel()
         cfg = launch._launch("bwd_dkdv", gpu.kernel, lambda c: (1,), (), META, torch.bfloat16,
                              torch.device("cuda", 0), META.seq_q, META.seq_k,
-                             {"ALL_FULL": full})  # fmt: skip
+                             {"NO_TAIL": full})  # fmt: skip
         return str(cfg)
 
     assert dkdv(True) != shipped[1]

@@ -17,8 +17,10 @@ tuner times each kernel alone and cannot see that.
     python docs/perf/dkdv_tiles_probe.py --kernel bwd_dq --whole \\
         --configs M128-N64-w8-s4,M128-N64-w8-s3,M64-N64-w4-s2,M64-N32-w4-s3 >> dq.jsonl
 
-These dense calls' lengths are multiples of every tile: since the dK/dV kernel's ALL_FULL
-build (one unmasked loop, ``backward._dkdv_head``) they run that build.
+These calls' lengths are multiples of every tile: they run the backward kernels' NO_TAIL
+builds (``launch.Meta.no_tail``; before it, the dense dK/dV kernel's ALL_FULL build).
+``--causal`` times the causal calls instead; ``--label`` names the source tree in each row
+(the probe runs the ``safeattn`` beside it, so an older checkout's copy times that one).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def _grad_of(out, leaves, g):
     return lambda: torch.autograd.grad(out, leaves, g, retain_graph=True)
 
 
-def main(kernel: str, names: list[str], whole: bool) -> None:
+def main(kernel: str, names: list[str], whole: bool, causal: bool, label: str) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -74,9 +76,9 @@ def main(kernel: str, names: list[str], whole: bool) -> None:
         for cfg in names:
             pick["cfg"] = cfg
             launch.clear_choices()
-            row = dict(kernel=kernel, n=n, gqa=gqa, config=cfg)
+            row = dict(tree=label, kernel=kernel, causal=causal, n=n, gqa=gqa, config=cfg)
             try:
-                out = attention_call("safeattn", False, n, gqa)(q, k, v)
+                out = attention_call("safeattn", causal, n, gqa)(q, k, v)
                 grad = _grad_of(out, (q, k, v), g)
                 grad()
                 torch.cuda.synchronize()
@@ -103,5 +105,8 @@ if __name__ == "__main__":
     ap.add_argument("--kernel", choices=["bwd_dkdv", "bwd_dq"], default="bwd_dkdv")
     ap.add_argument("--configs", help="comma-separated, e.g. M64-N64-w4-s2 (default: CONFIGS)")
     ap.add_argument("--whole", action="store_true", help="also the whole backward, both ways")
+    ap.add_argument("--causal", action="store_true", help="causal calls (default: dense)")
+    ap.add_argument("--label", default="", help="a name for the source tree, in each row")
     args = ap.parse_args()
-    main(args.kernel, args.configs.split(",") if args.configs else CONFIGS, args.whole)
+    names = args.configs.split(",") if args.configs else CONFIGS
+    main(args.kernel, names, args.whole, args.causal, args.label)

@@ -386,12 +386,12 @@ def _dkdv_head(
     FOLD_DELTA: tl.constexpr,
     heads=1, stride_qh=0, stride_doh=0, stride_lh=0, stride_amh=0, rng_head=0,
     HEADS: tl.constexpr = False,
-    ALL_FULL: tl.constexpr = False,
+    NO_TAIL: tl.constexpr = False,
 ):  # fmt: skip
     """All the query blocks of one query head that see this program's keys, into dK, dV:
     (SPARSE) the head's transposed tile lists at ``num_off``/``idx_off``, full tiles then
-    partial ones; (ALL_FULL) every query block, unmasked; else the analytic ranges, masked /
-    fully allowed / masked."""
+    partial ones; else the analytic ranges, masked / fully allowed / masked (NO_TAIL: the
+    caller knows the last is empty in every program)."""
     if SPARSE:
         SUB: tl.constexpr = SPARSE_Q // BLOCK_M
         n_full = tl.load(FullNum + num_off) * SUB
@@ -416,42 +416,40 @@ def _dkdv_head(
             USE_TMA, DOT_PRECISION, UPCAST_DOT,
             rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
         )  # fmt: skip
-    elif ALL_FULL:
-        # NOTE: a call without window, mask or varlen whose lengths are multiples of every
-        # tile (launch.Meta.all_full) has no masked block. Compiled without the two masked loops,
-        # the D=128 Hopper build holds fewer registers: M64-N64-w4-s2 223 registers and no
-        # spill, 255 and 48-56 B with them (sm90, triton 3.6, static).
-        dk, dv = _dkdv_inner(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
-            DescdO, q_b, q_h, 0,
-            n_q // BLOCK_M, FullIdx, offs_n, offs_m0, offs_d, n_q, n_k,
-            diag, window_left, window_right, qk_scale, softcap, head_dim, stride_qm, stride_qd,
-            stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, False, GUARD,
-            False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
-            HAS_SOFTCAP, BLOCK_M, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
-            heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS,
-        )  # fmt: skip
     else:
-        lo, full_lo, full_hi, hi = _query_ranges(
-            n_start, n_q, n_k, diag, window_left, window_right,
-            BLOCK_M, BLOCK_N, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
-        )  # fmt: skip
-        dk, dv = _dkdv_inner(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
-            DescdO, q_b, q_h, lo,
-            _blocks(lo, full_lo, BLOCK_M), FullIdx, offs_n, offs_m0, offs_d, n_q, n_k, diag,
-            window_left, window_right, qk_scale, softcap, head_dim, stride_qm, stride_qd,
-            stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD,
-            False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
-            HAS_SOFTCAP, BLOCK_M, False, USE_TMA, DOT_PRECISION, UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
-            heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS,
-        )  # fmt: skip
+        # NOTE: a masked range that is empty in every program is not compiled: its live
+        # ranges crowd the register file even when it runs no iteration. Without a right
+        # window (causal is one) lo = full_lo = 0; NO_TAIL (passes: no mask, varlen or
+        # left window, lengths multiples of every tile) empties [full_hi, hi). The dense
+        # D=128 Hopper M64-N64-w4-s2 build: 223 registers and no spill, 255 and 48-56 B
+        # with both masked loops; causal: 0 B against 128 B (sm90, triton 3.6, static).
+        # With both, every query block is fully allowed: counted plainly, as the ranges'
+        # arithmetic made the dense M64-N128-w8-s3 build 17 % slower (H200, N=4096).
+        if NO_TAIL and not HAS_WINDOW_RIGHT:
+            full_lo = 0
+            n_full = n_q // BLOCK_M
+        else:
+            lo, full_lo, full_hi, hi = _query_ranges(
+                n_start, n_q, n_k, diag, window_left, window_right,
+                BLOCK_M, BLOCK_N, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
+            )  # fmt: skip
+            n_full = _blocks(full_lo, full_hi, BLOCK_M)
+            if HAS_WINDOW_RIGHT:
+                dk, dv = _dkdv_inner(
+                    dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base,
+                    DescQ, DescdO, q_b, q_h, lo, _blocks(lo, full_lo, BLOCK_M), FullIdx, offs_n,
+                    offs_m0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale,
+                    softcap, head_dim, stride_qm, stride_qd, stride_dom, stride_dod, stride_lm,
+                    stride_kmn, stride_amm, stride_amn, True, GUARD, False, SPARSE_Q,
+                    HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP,
+                    BLOCK_M, False, USE_TMA, DOT_PRECISION, UPCAST_DOT,
+                    rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
+                    heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS,
+                )  # fmt: skip
         dk, dv = _dkdv_inner(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
             DescdO, q_b, q_h, full_lo,
-            _blocks(full_lo, full_hi, BLOCK_M), FullIdx, offs_n, offs_m0, offs_d, n_q, n_k,
+            n_full, FullIdx, offs_n, offs_m0, offs_d, n_q, n_k,
             diag, window_left, window_right, qk_scale, softcap, head_dim, stride_qm, stride_qd,
             stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, False, GUARD,
             False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
@@ -459,17 +457,18 @@ def _dkdv_head(
             rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
             heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS,
         )  # fmt: skip
-        dk, dv = _dkdv_inner(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
-            DescdO, q_b, q_h, full_hi,
-            _blocks(full_hi, hi, BLOCK_M), FullIdx, offs_n, offs_m0, offs_d, n_q, n_k, diag,
-            window_left, window_right, qk_scale, softcap, head_dim, stride_qm, stride_qd,
-            stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD,
-            False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
-            HAS_SOFTCAP, BLOCK_M, False, USE_TMA, DOT_PRECISION, UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
-            heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS,
-        )  # fmt: skip
+        if not NO_TAIL:
+            dk, dv = _dkdv_inner(
+                dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
+                DescdO, q_b, q_h, full_hi,
+                _blocks(full_hi, hi, BLOCK_M), FullIdx, offs_n, offs_m0, offs_d, n_q, n_k, diag,
+                window_left, window_right, qk_scale, softcap, head_dim, stride_qm, stride_qd,
+                stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD,
+                False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
+                HAS_SOFTCAP, BLOCK_M, False, USE_TMA, DOT_PRECISION, UPCAST_DOT,
+                rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
+                heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS,
+            )  # fmt: skip
     return dk, dv
 
 
@@ -512,7 +511,7 @@ def _bwd_dkdv(
     USE_TMA: tl.constexpr = False,  # the Hopper path (kernels/hopper.py)
     HAS_DROPOUT: tl.constexpr = False,  # the forward's dropout (forward._kept), regenerated
     FOLD_DELTA: tl.constexpr = False,  # _dkdv_step's register note (passes.backward sets it)
-    ALL_FULL: tl.constexpr = False,  # every pair allowed, no tails: _dkdv_head's note
+    NO_TAIL: tl.constexpr = False,  # no trailing masked query block: _dkdv_head's note
 ):  # fmt: skip
     """Grid: (cdiv(max Nk, BLOCK_N), B * Hkv). Writes dK, dV for BLOCK_N keys of one KV head,
     summing over the GQA group's query heads in a fixed order.
@@ -627,7 +626,7 @@ def _bwd_dkdv(
             USE_TMA, DOT_PRECISION, UPCAST_DOT,
             rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
             group, stride_qh, stride_doh, stride_lh, stride_amh, seq_q * rng_stride, FLAT,
-            ALL_FULL,
+            NO_TAIL,
         )  # fmt: skip
 
     if HAS_DROPOUT:
@@ -898,9 +897,11 @@ def _dq_rows(
     stride_dbn,
     HAS_DBIAS: tl.constexpr,
     rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT: tl.constexpr,
+    NO_TAIL: tl.constexpr = False,
 ):  # fmt: skip
     """dQ (unscaled, fp32) of one program's rows over all the key blocks they may see:
-    the tile lists when SPARSE, else the analytic ranges of ``_key_ranges``."""
+    the tile lists when SPARSE, else the analytic ranges of ``_key_ranges`` (NO_TAIL: the
+    caller knows their last, masked range is empty in every program)."""
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     if SPARSE:
         tl.static_assert(SPARSE_Q % BLOCK_M == 0 and SPARSE_K % BLOCK_N == 0)
@@ -935,16 +936,20 @@ def _dq_rows(
             m_start, n_k, diag, window_left, window_right,
             BLOCK_M, BLOCK_N, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
         )  # fmt: skip
-        dq = _dq_inner(
-            dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
-            kv_h, lo, full_lo, FullIdx,
-            offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
-            head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
-            stride_amn, True, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
-            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, USE_TMA, DOT_PRECISION,
-            UPCAST_DOT, db_base, stride_dbm, stride_dbn, HAS_DBIAS,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
-        )  # fmt: skip
+        # NOTE: as in _dkdv_head, a masked range empty in every program is not compiled:
+        # without a left window lo = full_lo = 0; NO_TAIL (passes: no mask, varlen or right
+        # window, lengths multiples of every tile) empties [full_hi, hi).
+        if HAS_WINDOW_LEFT:
+            dq = _dq_inner(
+                dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
+                kv_h, lo, full_lo, FullIdx, offs_m,
+                offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
+                head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
+                stride_amn, True, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
+                HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, USE_TMA, DOT_PRECISION,
+                UPCAST_DOT, db_base, stride_dbm, stride_dbn, HAS_DBIAS,
+                rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
+            )  # fmt: skip
         dq = _dq_inner(
             dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
             kv_h, full_lo, full_hi, FullIdx,
@@ -955,16 +960,17 @@ def _dq_rows(
             UPCAST_DOT, db_base, stride_dbm, stride_dbn, HAS_DBIAS,
             rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
         )  # fmt: skip
-        dq = _dq_inner(
-            dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
-            kv_h, full_hi, hi, FullIdx,
-            offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
-            head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
-            stride_amn, True, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
-            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, USE_TMA, DOT_PRECISION,
-            UPCAST_DOT, db_base, stride_dbm, stride_dbn, HAS_DBIAS,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
-        )  # fmt: skip
+        if not NO_TAIL:
+            dq = _dq_inner(
+                dq, q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, kv_b,
+                kv_h, full_hi, hi, FullIdx, offs_m,
+                offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
+                head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm,
+                stride_amn, True, GUARD, False, SPARSE_K, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
+                HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_N, False, USE_TMA, DOT_PRECISION,
+                UPCAST_DOT, db_base, stride_dbm, stride_dbn, HAS_DBIAS,
+                rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
+            )  # fmt: skip
     return dq
 
 
@@ -1006,6 +1012,7 @@ def _bwd_dq(
     GUARD: tl.constexpr = False,  # the second launch: redo the programs flagged in Leaked
     HAS_DBIAS: tl.constexpr = False,  # also write dBias = dS into DBias (B, Hq, Nq, Nk)
     HAS_DROPOUT: tl.constexpr = False,  # the forward's dropout (forward._kept), regenerated
+    NO_TAIL: tl.constexpr = False,  # no trailing masked key block: _dq_rows's note
 ):  # fmt: skip
     """Grid: (cdiv(max Nq, BLOCK_M), B * Hq). Writes dQ for BLOCK_M rows of one query head.
 
@@ -1096,7 +1103,7 @@ def _bwd_dq(
         HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, SPARSE, SPARSE_Q,
         SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
         db_base, stride_dbm, stride_dbn, HAS_DBIAS,
-        rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
+        rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, NO_TAIL,
     )  # fmt: skip
     # NOTE: excluded keys (module docstring): the second launch redoes, with the guard, the
     # programs whose dQ leaked. Not compiled in where no in-range key can be excluded.

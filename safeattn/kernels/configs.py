@@ -92,13 +92,17 @@ _HOPPER_FORWARD: dict[int, list[KernelConfig]] = {
 # M64-N128-w8-s2, which the tuner once took for the left-padded causal shape, spilled (16 B).
 # The other head dims' sweeps (D=64, D=256 causal) chose configs the portable lists already
 # hold first or second.
-# dK/dV M64-N128-w8-s3 (FlexAttention's backward tile): the dense ALL_FULL build
-# (backward._dkdv_head) holds it in 232-244 registers without spills, and it ran 539 / 1789 /
+# dK/dV M64-N128-w8-s3 (FlexAttention's backward tile): the dense NO_TAIL build
+# (backward._dkdv_head) holds it in 226-244 registers without spills, and it ran 539 / 1789 /
 # 1982 us against M32-N64-w4-s3's 562 / 1965 / 2079 (bf16 dense N=1024, N=4096, N=4096 GQA 4;
 # H200, docs/perf/dkdv_tiles_probe.py, session_full_dkdv_2026-11-29/). Its other builds spill,
-# so the tuner's spill filter leaves it to the dense calls; last, so no untuned call takes it.
+# so the tuner's spill filter leaves it to the dense calls. M64-N64-w4-s2: the causal NO_TAIL
+# build holds it without spills (128 B with the tail loop; 24 B in the GQA build), and it ran
+# 368 / 998 us against M32-N64-w4-s3's 407 / 1136 (bf16 causal N=1024, N=4096; H200,
+# session_no_tail_2026-11-29/). Both last, so no untuned call takes them.
 _HOPPER_BACKWARD: dict[str, dict[int, list[KernelConfig]]] = {
-    "bwd_dkdv": {**_HALF["bwd_dkdv"], 128: [C(32, 64, 4, 3), C(32, 64, 4, 4), C(64, 128, 8, 3)]},
+    "bwd_dkdv": {**_HALF["bwd_dkdv"],
+                 128: [C(32, 64, 4, 3), C(32, 64, 4, 4), C(64, 128, 8, 3), C(64, 64, 4, 2)]},
     "bwd_dq": {**_HALF["bwd_dq"],
                128: [C(64, 64, 4, 2), C(128, 64, 8, 4), C(128, 64, 8, 3), C(64, 32, 4, 3)]},
 }  # fmt: skip
@@ -248,7 +252,7 @@ def interpreter_config(kernel: str) -> KernelConfig:
 
 def largest_block(interpreted: bool) -> int:
     """The largest tile edge (rows or keys) of any config that can run: a sequence length
-    that is a multiple of it leaves no partial tile under any of them (``launch.Meta.all_full``).
+    that is a multiple of it leaves no partial tile under any of them (``launch.Meta.no_tail``).
     ``interpreted``: under ``TRITON_INTERPRET=1``, where only :func:`interpreter_config` runs."""
     if interpreted:
         listed = list(_INTERPRETER.values())

@@ -16,7 +16,7 @@ specialisation (new strides) in a capture raises a RuntimeError asking for an ea
 call; a fallback config would compile inside the capture and differ from the eager results.
 
 Why one file over ~400 lines: the config choice and the tune key it is made under (``Meta``'s
-flags, and the builds a call takes: ``Meta.all_full``, the GQA loop) change together, and the
+flags, and the builds a call takes: ``Meta.no_tail``, the GQA loop) change together, and the
 CUDA-graph errors here are that choice's own failure modes.
 """
 
@@ -135,13 +135,17 @@ class Meta:
         return (self.window_left >= 0 or self.window_right >= 0 or self.has_key_mask
                 or self.mask_kind != 0)  # fmt: skip
 
-    def all_full(self, largest_block: int) -> bool:
-        """Every (query, key) pair allowed (no window, mask or block mask; not varlen) and
-        both lengths multiples of ``largest_block`` (``configs.largest_block``), so that no
-        config has a partial tile: the dK/dV kernel's ALL_FULL build
-        (``backward._dkdv_head``'s note)."""
+    def no_tail(self, largest_block: int, kernel: str) -> bool:
+        """Does ``kernel`` (``bwd_dkdv`` or ``bwd_dq``) take its NO_TAIL build: no mask, block
+        mask or varlen, both lengths multiples of ``largest_block`` (``configs.largest_block``:
+        no config has a partial tile), and no window on the side that bounds its trailing
+        masked range: the left for dK/dV (query blocks after its keys' full ones), the right
+        for dQ (key blocks after its rows' full ones; causal is a right window). That range is
+        then empty in every program and is not compiled (``backward._dkdv_head``'s note)."""
         whole = self.seq_q % largest_block == 0 and self.seq_k % largest_block == 0
-        return whole and not (self.varlen or self.sparse or self.may_have_empty_rows)
+        masked = self.varlen or self.sparse or self.has_key_mask or self.mask_kind != 0
+        edge = {"bwd_dkdv": self.window_left, "bwd_dq": self.window_right}[kernel]
+        return whole and not masked and edge < 0
 
     @property
     def flags(self) -> tuple[tuple[str, int], ...]:
@@ -235,9 +239,10 @@ def _launch(name, fn, grid, args, meta, dtype, device, seq_q, seq_k, extra=None)
         cfg = configs.interpreter_config(name)
         fn[grid(cfg)](*args_of(cfg), **_constexprs(meta, dtype, cfg), **extra)
         return cfg
-    # A GQA dK/dV program loops over its query-head group, and ALL_FULL compiles another dK/dV
-    # kernel (one whose spills differ): both keyed apart, named only when on.
-    own = tuple((flag, 1) for flag, const in (("gqa", "GQA"), ("full", "ALL_FULL"))
+    # A GQA dK/dV program loops over its query-head group, and NO_TAIL compiles another kernel
+    # (one whose spills differ): both keyed apart, named only when on. "full": the dense
+    # build it first was (no masked range at all), the name the tables' keys carry.
+    own = tuple((flag, 1) for flag, const in (("gqa", "GQA"), ("full", "NO_TAIL"))
                 if extra.get(const))  # fmt: skip
     key = configs.tune_key(name, dtype, meta.head_dim, seq_q, seq_k, meta.flags + own)
     gpu_names = _gpu_names(

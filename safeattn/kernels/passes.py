@@ -220,6 +220,7 @@ def backward(
     tma = hopper.use_tma(meta.varlen, q.device, q, k, v, dout, dq, dk, dv)
     meta = dataclasses.replace(meta, tma=tma, dbias=db is not None)
     bd = configs.block_d(meta.head_dim)
+    edge = configs.largest_block(launch.INTERPRET or dev.type != "cuda")  # Meta.no_tail
 
     def descs(c: configs.KernelConfig, tensors: list, rows: str) -> tuple:
         # One descriptor per tensor, rows "m" (query tiles) or "n" (key tiles) per letter.
@@ -254,7 +255,8 @@ def backward(
             ),
         )  # fmt: skip
         q_grid = lambda c: (triton.cdiv(meta.seq_q, c.block_m), meta.batch * meta.heads_q)
-        extra = {"USE_TMA": tma, "HAS_DBIAS": db is not None, "HAS_DROPOUT": meta.dropout_p > 0}
+        extra = {"USE_TMA": tma, "HAS_DBIAS": db is not None, "HAS_DROPOUT": meta.dropout_p > 0,
+                 "NO_TAIL": meta.no_tail(edge, "bwd_dq")}
         cfg = launch._launch(
             "bwd_dq", _bwd_dq, q_grid, q_args, meta, dt, dev, meta.seq_q, meta.seq_k, extra
         )
@@ -279,9 +281,8 @@ def backward(
         ),
     )  # fmt: skip
     kv_grid = lambda c: (triton.cdiv(meta.seq_k, c.block_n), meta.batch * meta.heads_kv)
-    full = meta.all_full(configs.largest_block(launch.INTERPRET or dev.type != "cuda"))
     kv_extra = {"GQA": group > 1, "USE_TMA": tma, "HAS_DROPOUT": meta.dropout_p > 0,
-                "FOLD_DELTA": hopper.fold_delta(tma, bd), "ALL_FULL": full}
+                "FOLD_DELTA": hopper.fold_delta(tma, bd), "NO_TAIL": meta.no_tail(edge, "bwd_dkdv")}
     cfg = launch._launch(
         "bwd_dkdv", _bwd_dkdv, kv_grid, kv_args, meta, dt, dev, meta.seq_q, meta.seq_k, kv_extra
     )
