@@ -12,8 +12,8 @@
 #   tune    tools.prewarm, then tools.tune --repeats $TUNE_REPEATS (default 3) $TUNE_ARGS alone on the GPU,
 #           committed there as $GIT_AUTHOR_NAME/$GIT_AUTHOR_EMAIL at $TUNE_DATE with the log under
 #           docs/perf/ (the same commit made here from $S/tune_commit/ has the same hash, so the
-#           suites' results that follow name it); TUNE_LOG names the log where one of that
-#           date exists
+#           suites' results that follow name it); TUNE_LOG names the log (default: the GPU and
+#           date, with the tuned commit's short hash where a log of that name exists)
 #   ab      docs/perf/tree_ab.py: BASE's safeattn against HEAD's, alternating processes, x2
 #   gqa     docs/perf/gqa_dkdv_probe.py: BASE's GQA dK/dV candidates against HEAD's, once each
 #           (GQA_TREES=new: HEAD's only)
@@ -59,7 +59,9 @@ timeout "${TUNE_S:-900}" python3 -m tools.tune --repeats "${TUNE_REPEATS:-3}" ${
 rc=$?
 echo "tune rc=$rc"
 slug=$(python3 -c "import torch; from safeattn.kernels import tuning; print(tuning.gpu_slug(torch.cuda.get_device_name()))")
-log="${TUNE_LOG:-docs/perf/tune_${slug#nvidia-}_${TUNE_DATE%%T*}.log}"  # TUNE_LOG: a second tune that day
+log="${TUNE_LOG:-docs/perf/tune_${slug#nvidia-}_${TUNE_DATE%%T*}.log}"  # TUNE_LOG: a name of your own
+# A second tune the same day: the commit it tunes in the name, never over the first one's log.
+[ -z "${TUNE_LOG:-}" ] && [ -e "$log" ] && log="${log%.log}_$(git rev-parse --short HEAD).log"
 { echo "# python -m tools.tune --repeats ${TUNE_REPEATS:-3} ${TUNE_ARGS:+$TUNE_ARGS }at $(git rev-parse --short HEAD) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader), $(python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'), alone on the GPU after python -m tools.prewarm --workers 12 (docs/perf/device_session.sh, step tune)"
   cat "$S/tune.raw"; echo "exit $rc"; } >"$log"
 if [ "$rc" = 0 ] && [ -n "${TUNE_DATE:-}" ]; then
