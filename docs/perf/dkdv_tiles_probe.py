@@ -1,10 +1,10 @@
-"""One backward kernel's tiles on the Hopper path at D=128, each config in turn the only
-candidate for that kernel (no table, no cache; the other kernels keep their shipped choice).
-Per config: the kernel's CUDA time in one backward (torch.profiler over 10 backwards, dQ on
-the caller's stream so each kernel is timed alone), the registers, spilled bytes and shared
-memory of the build that ran, and (``--whole``) the whole backward's median GPU time
-(``benchmarks._gpu_measure.cuda_event_samples``) with dQ beside dK/dV and without. A
-diagnostic.
+"""One backward kernel's tiles on the Hopper path at D=128 (``--head-dim``), each config in
+turn the only candidate for that kernel (no table, no cache; the other kernels keep their
+shipped choice). Per config: the kernel's CUDA time in one backward (torch.profiler over 10
+backwards, dQ on the caller's stream so each kernel is timed alone), the registers, spilled
+bytes and shared memory of the build that ran, and (``--whole``) the whole backward's median
+GPU time (``benchmarks._gpu_measure.cuda_event_samples``) with dQ beside dK/dV and without.
+A diagnostic.
 
 The default is the dK/dV kernel with FlexAttention's backward tile (128 keys per program,
 8 warps: what Nsight Compute showed its fused kernel launching, ``ncu_bwd_flex.py``) beside
@@ -54,7 +54,8 @@ def _grad_of(out, leaves, g):
     return lambda: torch.autograd.grad(out, leaves, g, retain_graph=True)
 
 
-def main(kernel: str, names: list[str], whole: bool, causal: bool, label: str) -> None:
+def main(kernel: str, names: list[str], whole: bool, causal: bool, label: str,
+         head_dim: int = 128) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -72,11 +73,12 @@ def main(kernel: str, names: list[str], whole: bool, causal: bool, label: str) -
 
     configs.candidates = candidates
     for n, gqa in SHAPES:
-        q, k, v, g = attention_inputs("safeattn", "bfloat16", n, 128, gqa)
+        q, k, v, g = attention_inputs("safeattn", "bfloat16", n, head_dim, gqa)
         for cfg in names:
             pick["cfg"] = cfg
             launch.clear_choices()
-            row = dict(tree=label, kernel=kernel, causal=causal, n=n, gqa=gqa, config=cfg)
+            row = dict(tree=label, kernel=kernel, causal=causal, d=head_dim, n=n, gqa=gqa,
+                       config=cfg)
             try:
                 out = attention_call("safeattn", causal, n, gqa)(q, k, v)
                 grad = _grad_of(out, (q, k, v), g)
@@ -107,6 +109,7 @@ if __name__ == "__main__":
     ap.add_argument("--whole", action="store_true", help="also the whole backward, both ways")
     ap.add_argument("--causal", action="store_true", help="causal calls (default: dense)")
     ap.add_argument("--label", default="", help="a name for the source tree, in each row")
+    ap.add_argument("--head-dim", type=int, default=128, help="D (B and H: the SpeedSuite's)")
     args = ap.parse_args()
     names = args.configs.split(",") if args.configs else CONFIGS
-    main(args.kernel, names, args.whole, args.causal, args.label)
+    main(args.kernel, names, args.whole, args.causal, args.label, args.head_dim)
