@@ -26,6 +26,8 @@
 #           ptxas (4 parallel shards, cold compiles) and under torch's (the suites' cache)
 #   overlap docs/perf/bwd_overlap_ab.py --flex: SAFEATTN_BWD_OVERLAP=0 against 1, alternating in one
 #           process, 3 rounds (and FlexAttention on the rows where safeattn trailed it)
+#   reload  docs/perf/dkdv_tiles_probe.py --causal at D=256 and 128: HEAD, then HEAD with
+#           docs/perf/session_no_tail_2026-11-29/reload_kv.patch and SAFEATTN_RELOAD_KV (static-only lever)
 #   d256    docs/perf/tree_ab.py --d256: HEAD against cuDNN at D=256 N=4096
 #   softcap docs/perf/softcap_fp32_probe.py on the failing fp32 case, first configs only
 #   tests   pytest --gpu on $TEST_FILES (default: the kernel test files), $TESTS_S at most
@@ -148,6 +150,22 @@ step overlap
 timeout "${OVERLAP_S:-420}" python3 docs/perf/bwd_overlap_ab.py --flex >>"$S/overlap.jsonl" 2>>"$S/overlap.err"
 echo "overlap rc=$?"
 python3 docs/perf/bwd_overlap_ab.py --table "$S/overlap.jsonl" >"$S/overlap.txt" 2>&1
+fi
+
+if want reload; then
+step reload
+# docs/perf/session_no_tail_2026-11-29/reload_kv.patch, timed: HEAD's causal dK/dV tiles, then
+# the same with the patch and K, V read at every step (SAFEATTN_RELOAD_KV), per head dim.
+rm -rf /tmp/rk && cp -r /tmp/r /tmp/rk
+git -C /tmp/rk apply docs/perf/session_no_tail_2026-11-29/reload_kv.patch || echo "reload: patch rc=$?"
+for dc in "256 M64-N32-w4-s2,M32-N64-w8-s2" "128 M64-N64-w4-s2,M64-N128-w8-s2"; do
+  set -- $dc
+  timeout "${RELOAD_S:-200}" python3 docs/perf/dkdv_tiles_probe.py --label head --head-dim "$1" \
+    --causal --configs "$2" --whole >>"$S/reload.jsonl" 2>>"$S/reload.err"
+  (cd /tmp/rk && SAFEATTN_RELOAD_KV="$1" timeout "${RELOAD_S:-200}" python3 docs/perf/dkdv_tiles_probe.py \
+    --label reload --head-dim "$1" --causal --configs "$2" --whole >>"$S/reload.jsonl" 2>>"$S/reload.err")
+  echo "reload d=$1 rc=$?"
+done
 fi
 
 if want d256; then
