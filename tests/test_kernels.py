@@ -104,6 +104,60 @@ def test_no_tail_builds_give_the_general_results(hq, hkv, causal, device, on_gpu
         assert torch.equal(a, b), name
 
 
+@pytest.mark.parametrize("case", ["padded_gqa", "dropout"])
+def test_split_dkdv_gives_the_joint_results(case, device, on_gpu, monkeypatch):
+    """The dK/dV kernel as two launches (``hopper.split_dkdv``: dV alone, then dK alone, each
+    with its own guarded redo) gives what the one launch gives: bit for bit under the
+    interpreter (the same tiles), and against the reference on a GPU, where at D=256 the
+    split is the Hopper path's own and the halves take their own tiles. ``padded_gqa``: causal
+    GQA with left padding and NaN in the excluded keys (empty rows: both redos run)."""
+    from safeattn.kernels import hopper
+
+    n, d = pick(on_gpu, 48, 512), pick(on_gpu, 32, 256)
+    q, k, v = rand_qkv(2, 4, 2 if case == "padded_gqa" else 4, n, n, d, torch.bfloat16, device,
+                       seed=5)  # fmt: skip
+    do = torch.randn(q.shape, device=device).to(q.dtype)
+    kw: dict = dict(causal=True)
+    if case == "padded_gqa":
+        key_mask = torch.ones(2, n, dtype=torch.bool, device=device)
+        key_mask[0, : n // 3] = False
+        k[0, :, : n // 3] = float("nan")
+        v[0, :, : n // 3] = float("nan")
+        kw["key_mask"] = key_mask
+    else:
+        kw["dropout_p"] = 0.25
+    monkeypatch.setenv("SAFEATTN_AUTOTUNE", "0")
+    launched, real_launch = [], launch._launch
+
+    def spy(name, *args):
+        launched.append(name)
+        return real_launch(name, *args)
+
+    monkeypatch.setattr(launch, "_launch", spy)
+    runs = {}
+    for split in (False, True):
+        monkeypatch.setattr(hopper, "split_dkdv", lambda tma, block_d, on=split: on)
+        launch.clear_choices()
+        launched.clear()
+        torch.manual_seed(7)  # dropout's seed
+        runs[split] = fwd_bwd(safeattn.attention, q, k, v, do, **kw)
+        dkdv = [name for name in launched if name.startswith("bwd_d") and name != "bwd_dq"]
+        assert dkdv == (["bwd_dv", "bwd_dk"] if split else ["bwd_dkdv"])
+    for name, joint, split in zip(("out", "lse", "dq", "dk", "dv"), runs[False], runs[True],
+                                  strict=True):  # fmt: skip
+        if joint is None:
+            continue
+        assert torch.isfinite(split).all(), f"{name}: the excluded NaN keys leaked"
+        if on_gpu:  # other tiles, other summation order
+            torch.testing.assert_close(split, joint, atol=2e-2, rtol=2e-2, msg=name)
+        else:
+            assert torch.equal(split, joint), name
+    if case == "padded_gqa":
+        k[0, :, : n // 3] = 0.0  # the reference's mask does not shield NaN from 0 * NaN
+        v[0, :, : n // 3] = 0.0
+        check_against_reference(q, k, v, **kw)
+
+
 def test_no_tail_needs_whole_tiles_no_mask_and_no_window_on_its_side():
     """``Meta.no_tail``: lengths multiples of the largest tile, no mask, block mask or
     varlen, and no window on the kernel's trailing side (dK/dV: left, dQ: right, which

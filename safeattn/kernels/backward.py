@@ -188,11 +188,13 @@ def _dkdv_step(
     dropout_p,
     HAS_DROPOUT: tl.constexpr,
     FOLD_DELTA: tl.constexpr,
+    PART: tl.constexpr = 0,
 ):
     """One query block [start_m, start_m + BLOCK_M) into dK, dV. MASKED=False is the plain
     path: every pair of the block may attend and every row and key is in range. USE_TMA:
     the Q and dO tiles through DescQ/DescdO at (q_b, q_h, start_m), out-of-bounds read as 0
-    as the masked loads give (forward.py's ``_fwd_step``)."""
+    as the masked loads give (forward.py's ``_fwd_step``). PART (``_bwd_dkdv``): 0 both,
+    1 dV alone (no dP, dS), 2 dK alone (no P^T dO)."""
     mask_d = offs_d < head_dim
     offs_m = start_m + offs_m0
     if USE_TMA:
@@ -260,10 +262,13 @@ def _dkdv_step(
         # NOTE: dropout (forward.py): the forward's mask, transposed; dV is scaled at the end.
         keptT = tl.trans(_kept(rng_seed, rng_base, rng_stride, offs_m, offs_n, dropout_p))
         pT_v = tl.where(keptT, pT, 0.0)
-    if UPCAST_DOT == 2:
-        dv = tl.dot(pT_v, do.to(tl.float32), dv, input_precision=DOT_PRECISION)
-    else:
-        dv = tl.dot(pT_v.to(do.dtype), do, dv, input_precision=DOT_PRECISION)
+    if PART != 2:
+        if UPCAST_DOT == 2:
+            dv = tl.dot(pT_v, do.to(tl.float32), dv, input_precision=DOT_PRECISION)
+        else:
+            dv = tl.dot(pT_v.to(do.dtype), do, dv, input_precision=DOT_PRECISION)
+    if PART == 1:
+        return dk, dv
     if FOLD_DELTA and not HAS_DROPOUT:
         dsT = pT * _scores_plus(v, do, -delta, DOT_PRECISION, UPCAST_DOT)
     else:
@@ -335,6 +340,7 @@ def _dkdv_inner(
     FOLD_DELTA: tl.constexpr,
     heads=1, stride_qh=0, stride_doh=0, stride_lh=0, stride_amh=0, rng_head=0,
     HEADS: tl.constexpr = False,
+    PART: tl.constexpr = 0,
 ):  # fmt: skip
     """``count`` query blocks (``_block_start``) of one query head into dK, dV; with HEADS,
     ``count`` blocks of each of ``heads`` query heads (the head strides from the first head's
@@ -358,6 +364,7 @@ def _dkdv_inner(
             stride_amm, stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
             rng_seed, rng_base + g64 * rng_head, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
+            PART,
         )  # fmt: skip
     return dk, dv
 
@@ -387,6 +394,7 @@ def _dkdv_head(
     heads=1, stride_qh=0, stride_doh=0, stride_lh=0, stride_amh=0, rng_head=0,
     HEADS: tl.constexpr = False,
     NO_TAIL: tl.constexpr = False,
+    PART: tl.constexpr = 0,
 ):  # fmt: skip
     """All the query blocks of one query head that see this program's keys, into dK, dV:
     (SPARSE) the head's transposed tile lists at ``num_off``/``idx_off``, full tiles then
@@ -404,7 +412,7 @@ def _dkdv_head(
             stride_kmn, stride_amm, stride_amn, False, GUARD, True, SPARSE_Q, HAS_WINDOW_LEFT,
             HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_M, EVEN_D, USE_TMA,
             DOT_PRECISION, UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA, PART=PART,
         )  # fmt: skip
         dk, dv = _dkdv_inner(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
@@ -414,7 +422,7 @@ def _dkdv_head(
             stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD, True, SPARSE_Q,
             HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_M, False,
             USE_TMA, DOT_PRECISION, UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA, PART=PART,
         )  # fmt: skip
     else:
         # NOTE: a masked range that is empty in every program is not compiled: its live
@@ -444,7 +452,7 @@ def _dkdv_head(
                     HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP,
                     BLOCK_M, False, USE_TMA, DOT_PRECISION, UPCAST_DOT,
                     rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
-                    heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS,
+                    heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS, PART,
                 )  # fmt: skip
         dk, dv = _dkdv_inner(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
@@ -455,7 +463,7 @@ def _dkdv_head(
             False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
             HAS_SOFTCAP, BLOCK_M, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
             rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
-            heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS,
+            heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS, PART,
         )  # fmt: skip
         if not NO_TAIL:
             dk, dv = _dkdv_inner(
@@ -467,7 +475,7 @@ def _dkdv_head(
                 False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
                 HAS_SOFTCAP, BLOCK_M, False, USE_TMA, DOT_PRECISION, UPCAST_DOT,
                 rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
-                heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS,
+                heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS, PART,
             )  # fmt: skip
     return dk, dv
 
@@ -512,6 +520,7 @@ def _bwd_dkdv(
     HAS_DROPOUT: tl.constexpr = False,  # the forward's dropout (forward._kept), regenerated
     FOLD_DELTA: tl.constexpr = False,  # _dkdv_step's register note (passes.backward sets it)
     NO_TAIL: tl.constexpr = False,  # no trailing masked query block: _dkdv_head's note
+    PART: tl.constexpr = 0,  # 0: dK and dV; 1: dV alone; 2: dK alone (the docstring's split)
 ):  # fmt: skip
     """Grid: (cdiv(max Nk, BLOCK_N), B * Hkv). Writes dK, dV for BLOCK_N keys of one KV head,
     summing over the GQA group's query heads in a fixed order.
@@ -524,7 +533,12 @@ def _bwd_dkdv(
     tensor-core instruction of a function in which the zeroing selects sit between the
     wgmmas of a pipelined loop (C7515, docs/perf/dkdv_h100_2026-11-25.md), and a second
     pass in the same kernel doubled it and spilled. A program whose results overflowed with
-    no empty row is flagged too; its redo computes the same numbers, so only time is lost."""
+    no empty row is flagged too; its redo computes the same numbers, so only time is lost.
+
+    PART splits the kernel in two launches (``hopper.split_dkdv``: the Hopper path at D=256),
+    each with its own guarded redo: dV alone (S, P^T dO) and dK alone (S, dP, dS^T Q). Five
+    matmuls instead of four, but one fp32 accumulator per program instead of two: the joint
+    build holds dK, dV, K and V in registers and spills at any tile with 128 keys."""
     # Launch order: the first key block (the heaviest under causal) first. The Hopper path at
     # D=128 takes the (b, h_kv) pairs in chunks (forward._program_ids, its note): causal GQA
     # backward 2.07 ms with them, 2.19 ms without (H200, SpeedSuite at 59a5007 and e0aa634).
@@ -626,31 +640,37 @@ def _bwd_dkdv(
             USE_TMA, DOT_PRECISION, UPCAST_DOT,
             rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
             group, stride_qh, stride_doh, stride_lh, stride_amh, seq_q * rng_stride, FLAT,
-            NO_TAIL,
+            NO_TAIL, PART,
         )  # fmt: skip
 
     if HAS_DROPOUT:
         dv = dv * (1.0 / (1.0 - dropout_p))  # the kept P's 1 / (1 - p), once
     if MAY_EMPTY and not GUARD:
-        bad = (dk != dk) | (tl.abs(dk) == float("inf")) | (dv != dv) | (tl.abs(dv) == float("inf"))
+        bad_k = (dk != dk) | (tl.abs(dk) == float("inf"))
+        bad_v = (dv != dv) | (tl.abs(dv) == float("inf"))
+        bad = bad_v if PART == 1 else bad_k if PART == 2 else bad_k | bad_v
         tl.store(leak_at, tl.max(bad.to(tl.int32)))
     dk = dk * sm_scale
     if USE_TMA:
-        _tma_store(DescdK, b, h_kv, n_start, dk.to(dK.dtype.element_ty))
-        _tma_store(DescdV, b, h_kv, n_start, dv.to(dV.dtype.element_ty))
+        if PART != 1:
+            _tma_store(DescdK, b, h_kv, n_start, dk.to(dK.dtype.element_ty))
+        if PART != 2:
+            _tma_store(DescdV, b, h_kv, n_start, dv.to(dV.dtype.element_ty))
     else:
         dk_base = dK + b64 * stride_dkb + hkv64 * stride_dkh + k_start.to(tl.int64) * stride_dkn
         dv_base = dV + b64 * stride_dvb + hkv64 * stride_dvh + k_start.to(tl.int64) * stride_dvn
-        tl.store(
-            dk_base + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
-            dk.to(dK.dtype.element_ty),
-            mask=kv_mask,
-        )
-        tl.store(
-            dv_base + offs_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
-            dv.to(dV.dtype.element_ty),
-            mask=kv_mask,
-        )
+        if PART != 1:
+            tl.store(
+                dk_base + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
+                dk.to(dK.dtype.element_ty),
+                mask=kv_mask,
+            )
+        if PART != 2:
+            tl.store(
+                dv_base + offs_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
+                dv.to(dV.dtype.element_ty),
+                mask=kv_mask,
+            )
 
 
 @triton.jit

@@ -21,6 +21,9 @@ from dataclasses import dataclass
 import torch
 
 KERNELS: tuple[str, ...] = ("forward", "bwd_preprocess", "bwd_dkdv", "bwd_dq")
+# The dK/dV kernel's two halves where it runs as two launches (kernels/hopper.split_dkdv):
+# the same function (backward._bwd_dkdv, PART 1 and 2), configs and tune keys of their own.
+SPLIT_KERNELS: tuple[str, ...] = ("bwd_dv", "bwd_dk")
 HEAD_DIM_BUCKETS: tuple[int, ...] = (16, 32, 64, 128, 256)
 DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -106,7 +109,18 @@ _HOPPER_BACKWARD: dict[str, dict[int, list[KernelConfig]]] = {
     "bwd_dq": {**_HALF["bwd_dq"],
                128: [C(64, 64, 4, 2), C(128, 64, 8, 4), C(128, 64, 8, 3), C(64, 32, 4, 3)]},
 }  # fmt: skip
-_HOPPER: dict[str, dict[int, list[KernelConfig]]] = {"forward": _HOPPER_FORWARD, **_HOPPER_BACKWARD}
+# The Hopper D=256 dK/dV as two launches (hopper.split_dkdv), D=256 only. Timed alone, each
+# its kernel (H200, bf16 N=4096, causal / dense / causal GQA 4, us; docs/perf/
+# session_split_dkdv_2026-11-29/): dV M64-N128-w8-s2 556 / 1061 / 750 (M32-N128-w8-s2 697 /
+# - / 1061); dK M32-N128-w8-s2 1002 / 2000 / 1518 (M16-N128-w8-s3 1438 / - / 1958, M64-N64-
+# w8-s2 1598 / 2996 / 1824). The joint kernel's best, M64-N64-w8-s2: 2182 / 3424 / 2632.
+_HOPPER_SPLIT: dict[str, dict[int, list[KernelConfig]]] = {
+    "bwd_dv": {256: [C(64, 128, 8, 2), C(32, 128, 8, 2)]},
+    "bwd_dk": {256: [C(32, 128, 8, 2), C(16, 128, 8, 3), C(64, 64, 8, 2)]},
+}
+_HOPPER: dict[str, dict[int, list[KernelConfig]]] = {
+    "forward": _HOPPER_FORWARD, **_HOPPER_BACKWARD, **_HOPPER_SPLIT,
+}
 
 # fp32 (IEEE) tiles take twice the bytes and registers: smaller blocks.
 _FP32: dict[str, dict[int, list[KernelConfig]]] = {
@@ -186,6 +200,8 @@ _INTERPRETER: dict[str, KernelConfig] = {
     "bwd_preprocess": C(32, 16, 4, 1),
     "bwd_dkdv": C(16, 32, 4, 1),
     "bwd_dq": C(32, 16, 4, 1),
+    "bwd_dv": C(16, 32, 4, 1),
+    "bwd_dk": C(16, 32, 4, 1),
 }
 
 
@@ -220,7 +236,11 @@ def candidates(
     bucket = _bucket(head_dim_block)
     if tma and (kernel == "bwd_preprocess" or fp32):
         raise ValueError(f"safeattn: the Hopper path has no {kernel} configs for {dtype}")
-    listed = (_HOPPER if tma else _FP32 if fp32 else _HALF)[kernel][bucket]
+    if kernel in SPLIT_KERNELS:
+        # Hopper D=256 only (hopper.split_dkdv); no list elsewhere, the audit's jobs included
+        listed = _HOPPER_SPLIT[kernel].get(bucket, []) if tma else []
+    else:
+        listed = (_HOPPER if tma else _FP32 if fp32 else _HALF)[kernel][bucket]
 
     def need(c: KernelConfig) -> int:
         plain = _SMEM_NEEDED.get((kernel, bucket, fp32, masked, c), 0)
@@ -239,8 +259,8 @@ def keep(cfg: KernelConfig, kernel: str, head_dim_block: int) -> bool:
     The accumulator tile (rows × BLOCK_D fp32) spread over the program's threads must stay
     well under the 255 registers a thread can hold, or the kernel spills.
     """
-    rows = cfg.block_n if kernel == "bwd_dkdv" else cfg.block_m
-    n_acc = 2 if kernel == "bwd_dkdv" else 1  # dK and dV
+    rows = cfg.block_n if kernel in ("bwd_dkdv", *SPLIT_KERNELS) else cfg.block_m
+    n_acc = 2 if kernel == "bwd_dkdv" else 1  # dK and dV (the split: one of them)
     regs_per_thread = n_acc * rows * head_dim_block // (cfg.num_warps * 32)
     return regs_per_thread <= 128
 

@@ -283,12 +283,17 @@ def backward(
     kv_grid = lambda c: (triton.cdiv(meta.seq_k, c.block_n), meta.batch * meta.heads_kv)
     kv_extra = {"GQA": group > 1, "USE_TMA": tma, "HAS_DROPOUT": meta.dropout_p > 0,
                 "FOLD_DELTA": hopper.fold_delta(tma, bd), "NO_TAIL": meta.no_tail(edge, "bwd_dkdv")}
-    cfg = launch._launch(
-        "bwd_dkdv", _bwd_dkdv, kv_grid, kv_args, meta, dt, dev, meta.seq_q, meta.seq_k, kv_extra
-    )
-    if may_empty:
-        launch.launch_guarded_redo("bwd_dkdv", _bwd_dkdv, kv_grid(cfg), kv_args, meta, dt, dev, cfg,
-                                   kv_extra)  # fmt: skip
+    # One launch, or (hopper.split_dkdv) dV then dK, each tuned, flagged and redone on its own;
+    # every first launch rewrites all of `leaked`, so the halves share it.
+    split = hopper.split_dkdv(tma, bd)
+    for name, part in (("bwd_dv", 1), ("bwd_dk", 2)) if split else (("bwd_dkdv", 0),):
+        part_extra = {**kv_extra, "PART": part} if part else kv_extra
+        cfg = launch._launch(
+            name, _bwd_dkdv, kv_grid, kv_args, meta, dt, dev, meta.seq_q, meta.seq_k, part_extra
+        )
+        if may_empty:
+            launch.launch_guarded_redo(name, _bwd_dkdv, kv_grid(cfg), kv_args, meta, dt, dev, cfg,
+                                       part_extra)  # fmt: skip
 
     if side is not None:
         # Joined: whatever the caller does next on its stream (a free included: the caching
