@@ -22,7 +22,7 @@ import triton.language as tl
 
 import safeattn
 from safeattn import contract, families, reference
-from safeattn.kernels import configs, forward, launch, passes
+from safeattn.kernels import configs, forward, hopper, launch, passes
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 DT_IDS = ["fp16", "bf16", "fp32"]
@@ -111,8 +111,6 @@ def test_split_dkdv_gives_the_joint_results(case, device, on_gpu, monkeypatch):
     interpreter (the same tiles), and against the reference on a GPU, where at D=256 the
     split is the Hopper path's own and the halves take their own tiles. ``padded_gqa``: causal
     GQA with left padding and NaN in the excluded keys (empty rows: both redos run)."""
-    from safeattn.kernels import hopper
-
     n, d = pick(on_gpu, 48, 512), pick(on_gpu, 32, 256)
     q, k, v = rand_qkv(2, 4, 2 if case == "padded_gqa" else 4, n, n, d, torch.bfloat16, device,
                        seed=5)  # fmt: skip
@@ -812,7 +810,10 @@ def test_tuner_never_picks_a_config_over_the_gpu_limit(dtype, d, monkeypatch):
     launch._LAUNCHED.clear()
     fwd_bwd(safeattn.attention, q, k, v, torch.ones_like(q), causal=True)
     used = launch.launched_kernels()
-    assert set(used) == {"forward", "bwd_preprocess", "bwd_dkdv", "bwd_dq"}
+    tma = hopper.applies(torch.cuda.get_device_capability(), dtype)  # contiguous: the TMA path
+    split = hopper.split_dkdv(tma, configs.block_d(d))
+    dkdv = {"bwd_dv", "bwd_dk"} if split else {"bwd_dkdv"}
+    assert set(used) == {"forward", "bwd_preprocess", "bwd_dq", *dkdv}
     for r in used.values():
         assert 0 < r.shared_bytes <= limit, (r, limit)
         assert 0 < r.registers <= 255, r
