@@ -52,12 +52,9 @@ from .kernels.configs import KernelConfig
 VARIANTS: tuple[str, ...] = ("causal", "masked", "softcap", "dbias", "dropout")
 # The variants that take the block-mask path (its configs, pointers and tile lists).
 _MASKED_VARIANTS = ("masked", "softcap", "dbias", "dropout")
-# The audited kernels: the shipped kernels, and their Hopper path (USE_TMA, tiles through
-# tensor descriptors: kernels/hopper.py), audited where it runs (sm90, fp16/bf16); with the
-# dK/dV kernel's halves where it runs as two launches (hopper.split_dkdv: D=256 only).
+# The audited kernels: the shipped ones and their Hopper path (USE_TMA, kernels/hopper.py) where
+# it runs (sm90, fp16/bf16), the dK/dV kernel's split halves included (hopper.split_dkdv).
 _TMA_KERNELS = ("forward_tma", "bwd_dkdv_tma", "bwd_dq_tma", "bwd_dv_tma", "bwd_dk_tma")
-# The split halves' PART (backward._bwd_dkdv)
-_PARTS = {"bwd_dv": 1, "bwd_dk": 2}
 KERNELS: tuple[str, ...] = (*configs.KERNELS, *_TMA_KERNELS)
 _DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 _TRITON_TYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
@@ -82,14 +79,10 @@ class AuditRow:
 def _kernel_fn(kernel: str):
     from .kernels import backward, forward
 
-    return {
-        "forward": forward._attn_fwd,
-        "bwd_preprocess": backward._bwd_preprocess,
-        "bwd_dkdv": backward._bwd_dkdv,
-        "bwd_dq": backward._bwd_dq,
-        "bwd_dv": backward._bwd_dkdv,
-        "bwd_dk": backward._bwd_dkdv,
-    }[kernel.removesuffix("_tma")]
+    base = kernel.removesuffix("_tma")
+    return {"forward": forward._attn_fwd, "bwd_preprocess": backward._bwd_preprocess,
+            "bwd_dkdv": backward._bwd_dkdv, "bwd_dq": backward._bwd_dq,
+            }["bwd_dkdv" if base in configs.SPLIT_PARTS else base]  # fmt: skip
 
 
 _POINTERS = {"Q", "K", "V", "Out", "dOut", "dK", "dV", "dQ"}
@@ -192,8 +185,8 @@ def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: in
         # the dK/dV kernel's GQA loop (group = 2 above); the kernels' guarded second
         # launches (GUARD=True) have the same tiles and are not audited apart
         **({"GQA": True, "FOLD_DELTA": hopper.fold_delta(kernel in _TMA_KERNELS, head_dim)}
-           if base in ("bwd_dkdv", *_PARTS) else {}),
-        **({"PART": _PARTS[base]} if base in _PARTS else {}),
+           if base in ("bwd_dkdv", *configs.SPLIT_PARTS) else {}),
+        **({"PART": configs.SPLIT_PARTS[base]} if base in configs.SPLIT_PARTS else {}),
         **({"HAS_DBIAS": variant == "dbias"} if base == "bwd_dq" else {}),
         HAS_DROPOUT=variant == "dropout",
         USE_TMA=kernel in _TMA_KERNELS,

@@ -22,8 +22,8 @@ import torch
 
 KERNELS: tuple[str, ...] = ("forward", "bwd_preprocess", "bwd_dkdv", "bwd_dq")
 # The dK/dV kernel's two halves where it runs as two launches (kernels/hopper.split_dkdv):
-# the same function (backward._bwd_dkdv, PART 1 and 2), configs and tune keys of their own.
-SPLIT_KERNELS: tuple[str, ...] = ("bwd_dv", "bwd_dk")
+# the same function (backward._bwd_dkdv) with these PARTs, configs and tune keys of their own.
+SPLIT_PARTS: dict[str, int] = {"bwd_dv": 1, "bwd_dk": 2}
 HEAD_DIM_BUCKETS: tuple[int, ...] = (16, 32, 64, 128, 256)
 DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -236,7 +236,7 @@ def candidates(
     bucket = _bucket(head_dim_block)
     if tma and (kernel == "bwd_preprocess" or fp32):
         raise ValueError(f"safeattn: the Hopper path has no {kernel} configs for {dtype}")
-    if kernel in SPLIT_KERNELS:
+    if kernel in SPLIT_PARTS:
         # Hopper D=256 only (hopper.split_dkdv); no list elsewhere, the audit's jobs included
         listed = _HOPPER_SPLIT[kernel].get(bucket, []) if tma else []
     else:
@@ -259,7 +259,7 @@ def keep(cfg: KernelConfig, kernel: str, head_dim_block: int) -> bool:
     The accumulator tile (rows × BLOCK_D fp32) spread over the program's threads must stay
     well under the 255 registers a thread can hold, or the kernel spills.
     """
-    rows = cfg.block_n if kernel in ("bwd_dkdv", *SPLIT_KERNELS) else cfg.block_m
+    rows = cfg.block_n if kernel in ("bwd_dkdv", *SPLIT_PARTS) else cfg.block_m
     n_acc = 2 if kernel == "bwd_dkdv" else 1  # dK and dV (the split: one of them)
     regs_per_thread = n_acc * rows * head_dim_block // (cfg.num_warps * 32)
     return regs_per_thread <= 128

@@ -286,7 +286,7 @@ def backward(
     # One launch, or (hopper.split_dkdv) dV then dK, each tuned, flagged and redone on its own;
     # every first launch rewrites all of `leaked`, so the halves share it.
     split = hopper.split_dkdv(tma, bd)
-    for name, part in (("bwd_dv", 1), ("bwd_dk", 2)) if split else (("bwd_dkdv", 0),):
+    for name, part in (configs.SPLIT_PARTS if split else {"bwd_dkdv": 0}).items():
         part_extra = {**kv_extra, "PART": part} if part else kv_extra
         cfg = launch._launch(
             name, _bwd_dkdv, kv_grid, kv_args, meta, dt, dev, meta.seq_q, meta.seq_k, part_extra
