@@ -107,6 +107,21 @@ def test_the_path_is_taken_at_every_head_dim(monkeypatch):
     assert not hopper.use_tma(False, cuda, t, t)  # auto: not on sm80
 
 
+def test_the_split_dkdv_is_the_hopper_paths_at_d256_with_lists_of_its_own():
+    """hopper.split_dkdv: the dK/dV kernel runs as dV then dK on the Hopper path at D=256
+    only; its halves' configs exist there alone and hold one accumulator each (keep)."""
+    assert hopper.split_dkdv(True, 256)
+    assert not hopper.split_dkdv(True, 128) and not hopper.split_dkdv(False, 256)
+    assert set(configs.SPLIT_PARTS) == {"bwd_dv", "bwd_dk"}
+    for kernel in configs.SPLIT_PARTS:
+        shipped = configs.candidates(kernel, 256, torch.bfloat16, tma=True)
+        assert shipped and shipped == configs._HOPPER_SPLIT[kernel][256]
+        assert all(configs.keep(c, kernel, 256) for c in shipped)
+        assert not configs.keep(configs.KernelConfig(64, 128, 4, 2), kernel, 256)  # 256 regs
+        assert configs.candidates(kernel, 128, torch.bfloat16, tma=True) == []
+        assert configs.candidates(kernel, 256, torch.bfloat16) == []  # portable: joint kernel
+
+
 def test_the_path_has_its_own_configs_and_tune_keys():
     for bucket in (32, 64, 128, 256):
         tma = configs.candidates("forward", bucket, torch.bfloat16, tma=True)
