@@ -41,15 +41,17 @@ def launched_configs(info: dict[str, Any], commit: str) -> dict[tuple[str, str],
     return out
 
 
-def _kernels_measured(row: dict[str, Any]) -> tuple[str, ...] | None:
-    """The kernels whose config a row's figure depends on (None: all of them)."""
+def _kernels_measured(row: dict[str, Any], launched: list[str]) -> list[str]:
+    """The kernels, of those ``launched`` on base or head, whose config a row's figure depends
+    on. A backward's are every ``bwd_*`` one: its kernels vary (the D=256 Hopper dK/dV runs as
+    two, bwd_dv and bwd_dk)."""
     if "kernel" in row["params"]:  # LiveResourcesSuite: one kernel per row
-        return (str(row["params"]["kernel"]),)
+        return [str(row["params"]["kernel"])]
     if row["metric"] == "forward_ms":
-        return ("forward",)
+        return ["forward"]
     if row["metric"] == "backward_ms":
-        return ("bwd_preprocess", "bwd_dkdv", "bwd_dq")
-    return None
+        return [k for k in launched if k.startswith("bwd_")]
+    return launched
 
 
 def note_config_change(row: dict[str, Any], base: dict, head: dict) -> None:
@@ -61,7 +63,7 @@ def note_config_change(row: dict[str, Any], base: dict, head: dict) -> None:
     if key not in base or key not in head:
         return
     b, h = base[key], head[key]
-    kernels = _kernels_measured(row) or sorted(set(b) | set(h))
+    kernels = _kernels_measured(row, sorted(set(b) | set(h)))
     changed = [f"{k} {b.get(k, '-')} → {h.get(k, '-')}" for k in kernels if b.get(k) != h.get(k)]
     row[CONFIG_CHANGE] = ", ".join(changed)
     if changed and row["verdict"] in _FLAGGED:

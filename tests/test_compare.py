@@ -465,3 +465,22 @@ def test_an_unflagged_row_is_not_annotated_and_groups_count_changed_rows(toy, po
     for row in rows:
         row.pop("config_change", None)  # not recorded
     assert group_rows(rows, policy)[0]["config_change"] is None
+
+
+def test_a_backward_row_names_every_backward_kernel_that_changed():
+    """A backward row depends on every ``bwd_*`` kernel launched, whichever they are: the
+    D=256 Hopper dK/dV runs as two (bwd_dv, bwd_dk) where another commit ran one."""
+    from regress.launches import _key, note_config_change
+
+    params = {"impl": "safeattn", "head_dim": 256}
+    row = dict(peer=None, suite="speed.SpeedSuite", params=params, metric="backward_ms",
+               verdict="regression", reason="slower")  # fmt: skip
+    key = _key(row["suite"], params)
+    base = {key: {"forward": "F1", "bwd_dkdv": "M64-N64-w8-s2", "bwd_dq": "Q"}}
+    head = {key: {"forward": "F2", "bwd_dv": "M64-N128-w8-s2", "bwd_dk": "M32-N128-w8-s2",
+                  "bwd_dq": "Q"}}  # fmt: skip
+    note_config_change(row, base, head)
+    assert row["config_change"] == (
+        "bwd_dk - → M32-N128-w8-s2, bwd_dkdv M64-N64-w8-s2 → -, bwd_dv - → M64-N128-w8-s2"
+    )
+    assert row["reason"] == f"slower; config changed: {row['config_change']}"
