@@ -182,9 +182,10 @@ def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: in
         EVEN_D=True,
         DOT_PRECISION="ieee" if dtype == torch.float32 else "tf32",
         UPCAST_DOT=0,
-        # the dK/dV kernel's GQA loop (group = 2 above); the kernels' guarded second
-        # launches (GUARD=True) have the same tiles and are not audited apart
-        **({"GQA": True, "FOLD_DELTA": hopper.fold_delta(kernel in _TMA_KERNELS, head_dim)}
+        # the dK/dV kernel's GQA loop (GROUP: the group argument's value); the kernels'
+        # guarded second launches (GUARD=True) have the same tiles and are not audited apart
+        **({"GQA": True, "GROUP": _representative_value("group", head_dim),
+            "FOLD_DELTA": hopper.fold_delta(kernel in _TMA_KERNELS, head_dim)}
            if base in ("bwd_dkdv", *configs.SPLIT_PARTS) else {}),
         **({"PART": configs.SPLIT_PARTS[base]} if base in configs.SPLIT_PARTS else {}),
         **({"HAS_DBIAS": variant == "dbias"} if base == "bwd_dq" else {}),

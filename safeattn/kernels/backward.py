@@ -344,15 +344,16 @@ def _dkdv_inner(
 ):  # fmt: skip
     """``count`` query blocks (``_block_start``) of one query head into dK, dV; with HEADS,
     ``count`` blocks of each of ``heads`` query heads (the head strides from the first head's
-    bases), head by head, in one loop."""
+    bases) in one loop, block by block and the heads in turn within a block."""
     for j in tl.range(0, count * heads if HEADS else count):
         g = 0
         i = j
         if HEADS:
-            # max: never a division by 0 (count = 0 runs no iteration, but a pipelined
-            # prologue computes the first one's addresses, and LLVM takes x/0 as impossible)
-            g = j // tl.maximum(count, 1)
-            i = j - g * count
+            # heads innermost, ``heads`` a launch constant (_bwd_dkdv's GROUP): a shift, not a
+            # division by the block count, which held the causal GQA M64-N64-w4-s2 build's
+            # extra registers: 40 B spilled, 0 B this way (sm90, triton 3.6, static).
+            i = j // heads
+            g = j - i * heads
         g64 = tl.cast(g, tl.int64)
         dk, dv = _dkdv_step(
             dk, dv, k, v, q_base + g64 * stride_qh, do_base + g64 * stride_doh,
@@ -521,6 +522,7 @@ def _bwd_dkdv(
     FOLD_DELTA: tl.constexpr = False,  # _dkdv_step's register note (passes.backward sets it)
     NO_TAIL: tl.constexpr = False,  # no trailing masked query block: _dkdv_head's note
     PART: tl.constexpr = 0,  # 0: dK and dV; 1: dV alone; 2: dK alone (the docstring's split)
+    GROUP: tl.constexpr = 1,  # ``group`` as a launch constant (dense GQA's flat loop)
 ):  # fmt: skip
     """Grid: (cdiv(max Nk, BLOCK_N), B * Hkv). Writes dK, dV for BLOCK_N keys of one KV head,
     summing over the GQA group's query heads in a fixed order.
@@ -613,8 +615,8 @@ def _bwd_dkdv(
         rng_seed = tl.load(Seed)
     # Dense GQA: the group's heads run inside each query-block loop (_dkdv_inner's HEADS), not
     # around the loops: nested, the head loop held 40-55 more registers (sm90, triton 3.6) and
-    # the D=128 tiles spilled. Each range sums head by head, so the order changes where a key
-    # block has more than one range (masked diagonal or tail blocks, beside the full ones).
+    # the D=128 tiles spilled. Within a range the sum goes block by block, the group's heads
+    # (GROUP of them, a launch constant) in turn, so the order differs from the nested one.
     # fp32 keeps the nested order its accuracy tests were set on: the H200 failed the fp32
     # softcap case (at its bound, a masked tail) with the flat one.
     FLAT: tl.constexpr = GQA and not SPARSE and DOT_PRECISION != "ieee"
@@ -639,7 +641,7 @@ def _bwd_dkdv(
             HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_M, BLOCK_N, EVEN_D,
             USE_TMA, DOT_PRECISION, UPCAST_DOT,
             rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
-            group, stride_qh, stride_doh, stride_lh, stride_amh, seq_q * rng_stride, FLAT,
+            GROUP, stride_qh, stride_doh, stride_lh, stride_amh, seq_q * rng_stride, FLAT,
             NO_TAIL, PART,
         )  # fmt: skip
 

@@ -281,8 +281,9 @@ def backward(
         ),
     )  # fmt: skip
     kv_grid = lambda c: (triton.cdiv(meta.seq_k, c.block_n), meta.batch * meta.heads_kv)
-    kv_extra = {"GQA": group > 1, "USE_TMA": tma, "HAS_DROPOUT": meta.dropout_p > 0,
-                "FOLD_DELTA": hopper.fold_delta(tma, bd), "NO_TAIL": meta.no_tail(edge, "bwd_dkdv")}
+    kv_extra = {"GQA": group > 1, "GROUP": group, "USE_TMA": tma,
+                "HAS_DROPOUT": meta.dropout_p > 0, "FOLD_DELTA": hopper.fold_delta(tma, bd),
+                "NO_TAIL": meta.no_tail(edge, "bwd_dkdv")}
     # One launch, or (hopper.split_dkdv) dV then dK, each tuned, flagged and redone on its own;
     # every first launch rewrites all of `leaked`, so the halves share it.
     split = hopper.split_dkdv(tma, bd)
