@@ -125,7 +125,6 @@ def split_dkdv(tma: bool, block_d: int) -> bool:
     """Whether the dK/dV kernel runs as two launches, dV then dK (``backward._bwd_dkdv``'s
     PART; their configs are ``bwd_dv`` and ``bwd_dk``): the Hopper path at D = 256. There
     the joint kernel's registers hold dK, dV, K and V and spill at every 128-key tile; apart,
-    each fits one (H200, bf16 N=4096, dK/dV kernel time: causal 2182 -> 556 + 1002 us, dense
-    3424 -> 1061 + 2000 us; causal GQA-4 2632 -> 750 + 1518 us). At D = 128 the joint kernel
-    already runs without spills, and the split's fifth matmul made it 1.6x slower."""
+    each fits one (the kernel times: ``configs._HOPPER_SPLIT``'s note). At D = 128 the joint
+    kernel already runs without spills, and the split's fifth matmul made it 1.6x slower."""
     return tma and block_d == 256
