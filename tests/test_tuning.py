@@ -531,6 +531,26 @@ def test_the_sweep_keeps_the_majority_and_merges_the_table(monkeypatch, tmp_path
     assert tie[k1]["config"] == a
 
 
+def test_without_a_majority_the_median_times_decide():
+    """Three repeats, three choices: the medians pick (configs.pick's tie rule), not the
+    earliest candidate. The figures are the H200's dense bf16 D=128 dQ key of 2026-11-29,
+    where the earliest one, 1.054x the fastest median, had been kept."""
+    tune = _benchmarks("tune")
+    a, b, c, d = CANDIDATES[:4]
+    key = key_of()
+    rows = [(1.396, 1.338, 1.327, 1.479), (1.424, 1.344, 1.304, 1.453),
+            (1.363, 1.328, 1.325, 1.442)]  # fmt: skip
+    chosen = [b, c, a]  # what each repeat's tuner launched
+    runs = [{key: tuning.make_entry(cfg, list(zip((a, b, c, d), row, strict=True)))}
+            for cfg, row in zip(chosen, rows, strict=True)]  # fmt: skip
+    entry = tune.vote(runs)[key]
+    assert entry["votes"] == {a: 1, b: 1, c: 1}
+    # medians a 1.396, b 1.338, c 1.325: b is the first within the tolerance of c
+    assert entry["config"] == b
+    # two of three still decide, whatever the medians
+    assert tune.vote([*runs[:2], runs[1]])[key]["config"] == c
+
+
 def test_new_keys_only_adds_what_the_table_lacks(monkeypatch, tmp_path, capsys):
     """--new-keys-only: a key the table has keeps its entry whatever the sweep chose; a key
     it lacks is added; the table's description keeps what it said and names the addition."""

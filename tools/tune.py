@@ -17,7 +17,8 @@ and the user's tuning cache switched off and autotuning on (so every tune key th
 timed afresh; ``safeattn/kernels/tuning.py``). All the calls run one after another in one
 fresh process per repeat, alone on the GPU (never beside the prewarm or a benchmark: its
 timings would be noise). With ``--repeats N`` every key is tuned N times, in N processes,
-and the majority's config is kept (a tie goes to the earlier candidate, as in the tuner).
+and the majority's config is kept; without a majority the median times decide, by the
+tuner's own tie rule (``vote``).
 
 What it writes: the tuned keys merged into the table of this GPU (the CUDA device name's
 slug, as the asv machine is named; ``--gpu sm90`` names an architecture's table instead),
@@ -129,21 +130,30 @@ def _name(task) -> str:
 
 
 def vote(runs: list[dict[str, dict]]) -> dict[str, dict]:
-    """One entry per key from the repeats' entries: the config most repeats chose (a tie
-    goes to the earlier candidate), the median time of each candidate, and the votes."""
-    from safeattn.kernels import tuning
+    """One entry per key from the repeats' entries: the config more than half the repeats
+    chose, else the one the median times pick by the tuner's own rule (``configs.pick``: the
+    first candidate within its tie tolerance of the fastest); the median time of each
+    candidate, and the votes.
+
+    Why the medians without a majority: three repeats that each chose another of three
+    near-tied candidates used to fall to the earliest candidate in the list, whatever its
+    time; on the H200 that kept the dense bf16 D=128 dQ at M64-N64-w4-s2, 1.054x the fastest
+    median (tune_h200_2026-11-29_0e91934.log)."""
+    from safeattn.kernels import configs, tuning
 
     merged: dict[str, dict] = {}
     for key in sorted({k for run in runs for k in run}):
         entries = [run[key] for run in runs if key in run]
         votes = collections.Counter(e["config"] for e in entries)
         order = list(dict.fromkeys(c for e in entries for c in [*e["times_ms"], e["config"]]))
-        best = max(votes, key=lambda c: (votes[c], -order.index(c)))
         times = [
             (c, statistics.median(e["times_ms"][c] for e in entries if c in e["times_ms"]))
             for c in order
             if any(c in e["times_ms"] for e in entries)
         ]
+        best, top = max(votes.items(), key=lambda cv: (cv[1], -order.index(cv[0])))
+        if 2 * top <= len(entries) and times:
+            best = times[configs.pick([t for _, t in times])][0]
         merged[key] = tuning.make_entry(best, times, votes=dict(votes))
     return merged
 
