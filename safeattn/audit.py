@@ -41,19 +41,17 @@ from .gpu_limits import ARCHS, ArchLimits
 from .kernels import configs, hopper
 from .kernels.configs import KernelConfig
 
-# Audited feature variants: "causal" exercises the fully-allowed and the diagonal paths of
-# the analytic ranges; "masked" is the block-mask path (safeattn.blockmask tile lists, which
-# every key_mask / attn_mask call takes) with every mask load (key mask, additive float mask,
-# two-sided window); "softcap" is "masked" plus logit soft-capping (HAS_SOFTCAP), the
-# heaviest combination: the cap adds arithmetic on the score tile (tanh, and its derivative
-# in the backward) and registers to hold it, no loads.
-# "dbias" is "masked" plus the dBias stores of a trainable bias (HAS_DBIAS), dQ kernels only;
-# "dropout" is "masked" plus dropout's Philox mask (HAS_DROPOUT) in all three kernels.
+# Audited feature variants: "causal" exercises the fully-allowed and the diagonal paths of the
+# analytic ranges; "masked" is the block-mask path (safeattn.blockmask tile lists, which every
+# key_mask / attn_mask call takes) with every mask load (key mask, additive float mask,
+# two-sided window); "softcap" is "masked" plus logit soft-capping (HAS_SOFTCAP), the heaviest
+# combination: the cap adds arithmetic on the score tile (tanh, and its derivative in the
+# backward) and registers to hold it, no loads. "dbias" is "masked" plus the dBias stores of a
+# trainable bias (HAS_DBIAS), dQ kernels only; "dropout" is "masked" plus dropout's Philox mask
+# (HAS_DROPOUT) in all three kernels.
 VARIANTS: tuple[str, ...] = ("causal", "masked", "softcap", "dbias", "dropout")
-# The variants that take the block-mask path (its configs, pointers and tile lists).
-_MASKED_VARIANTS = ("masked", "softcap", "dbias", "dropout")
-# The audited kernels: the shipped ones and their Hopper path (USE_TMA, kernels/hopper.py) where
-# it runs (sm90, fp16/bf16), the dK/dV kernel's split halves included (hopper.split_dkdv).
+_MASKED_VARIANTS = ("masked", "softcap", "dbias", "dropout")  # the block-mask path's variants
+# The shipped kernels and their Hopper path (USE_TMA), the split dK/dV's halves included.
 _TMA_KERNELS = ("forward_tma", "bwd_dkdv_tma", "bwd_dq_tma", "bwd_dv_tma", "bwd_dk_tma")
 KERNELS: tuple[str, ...] = (*configs.KERNELS, *_TMA_KERNELS)
 _DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
@@ -87,8 +85,8 @@ def _kernel_fn(kernel: str):
 
 _POINTERS = {"Q", "K", "V", "Out", "dOut", "dK", "dV", "dQ"}
 _FP32_POINTERS = {"Lse2", "Delta"}
-_DESCRIPTORS = {"DescQ": "block_m", "DescO": "block_m", "DescdO": "block_m", "DescdQ": "block_m",
-                "DescK": "block_n", "DescV": "block_n", "DescdK": "block_n", "DescdV": "block_n"}
+_DESCRIPTORS = dict.fromkeys(("DescQ", "DescO", "DescdO", "DescdQ", "DescQh", "DescdOh"), "block_m")
+_DESCRIPTORS.update(dict.fromkeys(("DescK", "DescV", "DescdK", "DescdV"), "block_n"))
 
 
 def _representative_value(name: str, head_dim: int) -> int:
@@ -112,8 +110,8 @@ def _representative_value(name: str, head_dim: int) -> int:
 
 def _signature(fn, dtype: torch.dtype, variant: str, constexprs: dict, head_dim: int):
     """Signature, constants and attrs for ASTSource, mirroring launch-time specialisation.
-    The descriptors are [1, 1, rows, D] tensor descriptors with USE_TMA (rows: the config's
-    BLOCK_M or BLOCK_N), None otherwise, as ``passes`` passes them."""
+    The descriptors are [1, 1, rows, D] with USE_TMA (rows: the config's BLOCK_M or BLOCK_N;
+    DescQh, DescdOh: BLOCK_M // 2 where ``hopper.half_partial``), else None, as ``passes``."""
     signature, consts, attrs = {}, dict(constexprs), {}
     do_not_spec = {p.name for p in fn.params if p.do_not_specialize}
     for i, p in enumerate(fn.params):
@@ -122,8 +120,10 @@ def _signature(fn, dtype: torch.dtype, variant: str, constexprs: dict, head_dim:
             signature[name] = "constexpr"
             continue
         if name in _DESCRIPTORS:
-            if constexprs.get("USE_TMA"):
-                rows = constexprs[_DESCRIPTORS[name].upper()]
+            rows, half = constexprs.get(_DESCRIPTORS[name].upper()), name.endswith("h")
+            tma = constexprs.get("USE_TMA", False)
+            if tma and (not half or hopper.half_partial(tma, constexprs["SPARSE"], rows)):
+                rows = rows // 2 if half else rows
                 signature[name] = f"tensordesc<{_TRITON_TYPES[dtype]}[1, 1, {rows}, {head_dim}]>"
             else:
                 signature[name], consts[name] = "constexpr", None

@@ -25,7 +25,8 @@ from test_kernels import (
 )
 
 import safeattn
-from safeattn.kernels import configs, hopper, launch, passes
+from safeattn import blockmask
+from safeattn.kernels import configs, hopper, launch, passes, tuning
 
 HALF = [torch.float16, torch.bfloat16]
 HALF_IDS = ["fp16", "bf16"]
@@ -243,6 +244,71 @@ def _check_agreement(q, k, v, kw, monkeypatch):
                     f"portable {a[differ][:4].tolist()} folded {c[differ][:4].tolist()}"
             fin = a.isfinite()
             torch.testing.assert_close(c[fin], a[fin], rtol=2e-2, atol=2e-3)
+
+
+@pytest.mark.parametrize("name", ["leftpad_causal", "float_mask"])
+def test_partial_tiles_in_half_steps(name, device, on_gpu, monkeypatch):
+    """``hopper.half_partial``: with a block mask and BLOCK_M >= HALF_PARTIAL_ROWS the Hopper
+    dK/dV walks its partial tiles in half-height steps through descriptors of that height.
+    Interpreter: 64-row dK/dV blocks over a 64-row summary tile, against the portable path
+    with the same blocks in whole steps (close, the same NaN and Inf entries; the poisoned
+    key and value rows of ``_check_agreement``), and contract items 1 and 2 on the path.
+    GPU: the D=128 tiles that take the half steps, against the fp64 reference."""
+    if on_gpu:
+        monkeypatch.setenv("SAFEATTN_AUTOTUNE", "0")  # the one candidate below
+        monkeypatch.setenv(tuning.TABLE_ENV, "0")
+        monkeypatch.setenv(tuning.CACHE_ENV, "0")
+        for cfg in (configs.KernelConfig(64, 64, 4, 2), configs.KernelConfig(64, 128, 8, 3)):
+            monkeypatch.setitem(configs._HOPPER["bwd_dkdv"], 128, [cfg])
+            launch.clear_choices()
+            monkeypatch.setenv(hopper.ENV, "1")
+            check_against_reference(*_case(name, torch.bfloat16, device, on_gpu, 128)[:3],
+                                    **_case(name, torch.bfloat16, device, on_gpu, 128)[3])
+            check_empty_rows(torch.bfloat16, device, on_gpu)
+            check_excluded_never_leak(torch.bfloat16, device, on_gpu)
+        return
+    monkeypatch.setitem(configs._INTERPRETER, "bwd_dkdv", configs.KernelConfig(64, 32, 4, 1))
+    monkeypatch.setattr(blockmask, "INTERPRETER_BLOCK", 64)
+    assert hopper.half_partial(True, True, 64) and not hopper.half_partial(True, True, 32)
+    assert not hopper.half_partial(False, True, 64) and not hopper.half_partial(True, False, 64)
+    rows, real = [], hopper.descriptors
+
+    def spy(tensors, tile_rows, block_d):
+        rows.append(list(tile_rows))
+        return real(tensors, tile_rows, block_d)
+
+    monkeypatch.setattr(passes.hopper, "descriptors", spy)
+    b, hq, hkv, n, d = 2, 2, 1, 130, 32
+    q, k, v = rand_qkv(b, hq, hkv, n, n, d, torch.bfloat16, device, seed=8)
+    kw = dict(CASES[name])
+    if name == "leftpad_causal":
+        pad = torch.tensor([0, 70])
+        kw["key_mask"] = torch.arange(n)[None, :] >= pad[:, None]
+    else:
+        g = torch.Generator().manual_seed(9)
+        mask = torch.randn(b, 1, n, n, generator=g)
+        mask[torch.rand(b, 1, n, n, generator=g) < 0.3] = -math.inf
+        kw["attn_mask"] = mask.to(torch.bfloat16)
+    k2, v2 = k.clone(), v.clone()
+    k2[0, :, 7], v2[-1, :, 11] = math.nan, math.inf
+    for kk, vv in ((k, v), (k2, v2)):
+        portable = _fwd_bwd(q, kk, vv, "0", monkeypatch, **kw)
+        rows.clear()
+        halves = _fwd_bwd(q, kk, vv, "1", monkeypatch, **kw)
+        assert [32, 32] in rows, rows  # the half-height Q, dO descriptors were built
+        for what, a, c in zip(("out", "lse", "dq", "dk", "dv"), portable, halves, strict=True):
+            if what in ("out", "lse", "dq"):  # not the dK/dV kernel: the same blocks
+                torch.testing.assert_close(c, a, rtol=0, atol=0, equal_nan=True)
+                continue
+            for kind in ("isfinite", "isnan", "isposinf", "isneginf"):
+                differ = getattr(a, kind)() != getattr(c, kind)()
+                assert not differ.any(), f"{what} {kind}: {differ.nonzero()[:4].tolist()}"
+            fin = a.isfinite()
+            torch.testing.assert_close(c[fin], a[fin], rtol=1e-2, atol=1e-2)
+    if name == "leftpad_causal":  # the contract checks mask both ways themselves
+        monkeypatch.setenv(hopper.ENV, "1")
+        check_empty_rows(torch.bfloat16, device, on_gpu)
+        check_excluded_never_leak(torch.bfloat16, device, on_gpu)
 
 
 @pytest.mark.parametrize("scale", [0.0, -0.3])

@@ -31,6 +31,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from . import hopper
 from .forward import (
     _allowed_pairs,
     _bias_tile,
@@ -44,6 +45,9 @@ from .forward import (
     _tma_store,
     _tma_tile,
 )
+
+# hopper.half_partial's threshold, for _dkdv_head (a kernel reads constexpr globals only).
+HALF_PARTIAL_ROWS = tl.constexpr(hopper.HALF_PARTIAL_ROWS)
 
 
 @triton.jit(do_not_specialize=["seq_q"])
@@ -373,6 +377,7 @@ def _dkdv_inner(
 @triton.jit
 def _dkdv_head(
     dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ, DescdO, q_b, q_h,
+    DescQh, DescdOh,
     FullNum, FullIdx, PartNum, PartIdx, num_off, idx_off, n_start,
     offs_n, offs_m0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap, head_dim,
     stride_qm, stride_qd, stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn,
@@ -400,11 +405,24 @@ def _dkdv_head(
     """All the query blocks of one query head that see this program's keys, into dK, dV:
     (SPARSE) the head's transposed tile lists at ``num_off``/``idx_off``, full tiles then
     partial ones; else the analytic ranges, masked / fully allowed / masked (NO_TAIL: the
-    caller knows the last is empty in every program)."""
+    caller knows the last is empty in every program). DescQh, DescdOh: Q and dO in tiles of
+    BLOCK_M // 2 rows, for the partial tiles' steps (the note below), else None."""
     if SPARSE:
         SUB: tl.constexpr = SPARSE_Q // BLOCK_M
         n_full = tl.load(FullNum + num_off) * SUB
-        n_part = tl.load(PartNum + num_off) * SUB
+        # NOTE: register budget of the partial tiles — their steps hold the element mask and
+        # its selects beside the dK, dV accumulators. With BLOCK_M query rows a step, the
+        # Hopper M64-N64-w4-s2 build spilled 40 B (key_mask + causal) and 144 B (bool mask),
+        # though each tile loop alone compiled without a spill (sm90, triton 3.6, CUDA 13.0's
+        # ptxas, static), and the tuner's spill filter left the masked calls to M32-N64-w4-s3
+        # (0.492 ms against 0.407 for the spilling M64 tile: H200, bf16, key_padding_causal,
+        # D=128). So the Hopper path walks the partial tiles in steps of half the rows from
+        # HALF_PARTIAL_ROWS rows on (hopper.half_partial; Q, dO descriptors of that height);
+        # full tiles keep the whole block. With the epilogue's leak probe (_bwd_dkdv) both
+        # builds compile without a spill.
+        HALF: tl.constexpr = USE_TMA and BLOCK_M >= HALF_PARTIAL_ROWS
+        PART_M: tl.constexpr = BLOCK_M // 2 if HALF else BLOCK_M
+        n_part = tl.load(PartNum + num_off) * (SPARSE_Q // PART_M)
         dk, dv = _dkdv_inner(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
             DescdO, q_b, q_h, 0, n_full,
@@ -416,12 +434,12 @@ def _dkdv_head(
             rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA, PART=PART,
         )  # fmt: skip
         dk, dv = _dkdv_inner(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
-            DescdO, q_b, q_h, 0, n_part,
-            PartIdx + idx_off, offs_n, offs_m0, offs_d, n_q, n_k, diag, window_left,
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base,
+            DescQh if HALF else DescQ, DescdOh if HALF else DescdO, q_b, q_h, 0, n_part,
+            PartIdx + idx_off, offs_n, tl.arange(0, PART_M), offs_d, n_q, n_k, diag, window_left,
             window_right, qk_scale, softcap, head_dim, stride_qm, stride_qd, stride_dom, stride_dod,
             stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD, True, SPARSE_Q,
-            HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_M, False,
+            HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, PART_M, False,
             USE_TMA, DOT_PRECISION, UPCAST_DOT,
             rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA, PART=PART,
         )  # fmt: skip
@@ -481,11 +499,21 @@ def _dkdv_head(
     return dk, dv
 
 
+@triton.jit
+def _launch_id():
+    """This program's index in its 2-D grid as launched, whatever order it then takes its
+    work in (forward._program_ids): where ``_bwd_dkdv`` keeps its ``Leaked`` flag. Read where
+    it is used, from the hardware's ids: a pointer to the flag computed up front lived across
+    both tile loops into the epilogue and was one of the values the block-mask builds spilled."""
+    return tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
+
+
 @triton.jit(do_not_specialize=["seq_q", "seq_k", "window_left", "window_right", "sched_chunk"])
 def _bwd_dkdv(
     Q, K, V, dOut, Lse2, Delta, dK, dV, Leaked, Seed,
     KeyMask, AttnMask, CuSeqQ, CuSeqK, FullNum, FullIdx, PartNum, PartIdx,
     DescQ, DescK, DescV, DescdO, DescdK, DescdV,  # USE_TMA: tensor descriptors; else None
+    DescQh, DescdOh,  # Q, dO in half-height tiles where _dkdv_head's partial steps take them
     qk_scale, sm_scale, softcap, dropout_p,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
@@ -530,11 +558,11 @@ def _bwd_dkdv(
     Two launches where a row can be empty (causal, a window or a mask; module docstring):
     the first (GUARD=False) leaves the Q and dO rows of empty query rows as they are and
     writes, per program, whether its dK or dV came out non-finite (``Leaked``, int32, one
-    per program); the second (GUARD=True) recomputes only those programs, with the rows
-    zeroed, and overwrites their dK, dV. Why not one launch: ptxas serialises every
-    tensor-core instruction of a function in which the zeroing selects sit between the
-    wgmmas of a pipelined loop (C7515, docs/perf/dkdv_h100_2026-11-25.md), and a second
-    pass in the same kernel doubled it and spilled. A program whose results overflowed with
+    per program, at its ``_launch_id``); the second (GUARD=True) recomputes only those
+    programs, with the rows zeroed, and overwrites their dK, dV. Why not one launch: ptxas
+    serialises every tensor-core instruction of a function in which the zeroing selects sit
+    between the wgmmas of a pipelined loop (C7515, docs/perf/dkdv_h100_2026-11-25.md), and a
+    second pass in the same kernel doubled it and spilled. A program whose results overflowed with
     no empty row is flagged too; its redo computes the same numbers, so only time is lost.
 
     PART splits the kernel in two launches (``hopper.split_dkdv``: the Hopper path at D=256),
@@ -552,9 +580,8 @@ def _bwd_dkdv(
     else:
         pid_n = tl.program_id(0)
         pid_bh = tl.program_id(1)
-    leak_at = Leaked + pid_bh * tl.num_programs(0) + pid_n
     if GUARD:  # noqa: SIM102 (a constexpr and a tensor test do not combine with `and`)
-        if tl.load(leak_at) == 0:
+        if tl.load(Leaked + _launch_id()) == 0:
             return
     b = pid_bh // heads_kv
     h_kv = pid_bh % heads_kv
@@ -572,7 +599,7 @@ def _bwd_dkdv(
     MAY_EMPTY: tl.constexpr = HAS_WINDOW_LEFT or HAS_WINDOW_RIGHT or HAS_KEY_MASK or MASK_KIND != 0
     if n_start >= n_k:
         if MAY_EMPTY and not GUARD:
-            tl.store(leak_at, 0)
+            tl.store(Leaked + _launch_id(), 0)
         return
     diag = 0
     if BOTTOM_RIGHT:
@@ -630,7 +657,7 @@ def _bwd_dkdv(
             Lse2 + b64 * stride_lb + h64 * stride_lh + q_off * stride_lm,
             Delta + b64 * stride_lb + h64 * stride_lh + q_off * stride_lm,
             km_base, AttnMask + b64 * stride_amb + h64 * stride_amh,
-            DescQ, DescdO, b, h_kv * group + g,
+            DescQ, DescdO, b, h_kv * group + g, DescQh, DescdOh,
             FullNum, FullIdx, PartNum, PartIdx,
             # the transposed tile lists of query head h: the query tiles that see this key tile
             b64 * stride_snb + h64 * stride_snh + tile_n,
@@ -648,10 +675,16 @@ def _bwd_dkdv(
     if HAS_DROPOUT:
         dv = dv * (1.0 / (1.0 - dropout_p))  # the kept P's 1 / (1 - p), once
     if MAY_EMPTY and not GUARD:
-        bad_k = (dk != dk) | (tl.abs(dk) == float("inf"))
-        bad_v = (dv != dv) | (tl.abs(dv) == float("inf"))
-        bad = bad_v if PART == 1 else bad_k if PART == 2 else bad_k | bad_v
-        tl.store(leak_at, tl.max(bad.to(tl.int32)))
+        # NOTE: the leak probe — x * 0 is NaN exactly when x is NaN or ±inf, and a sum with a
+        # NaN term is NaN: one multiply-add per element into a scalar per thread, where a
+        # per-element non-finite test held a predicate tile of both accumulators at the
+        # epilogue, the block-mask builds' register peak (_dkdv_head's note).
+        probe = 0.0
+        if PART != 2:
+            probe = tl.sum(tl.sum(dv * 0.0, 1), 0)
+        if PART != 1:
+            probe = probe + tl.sum(tl.sum(dk * 0.0, 1), 0)
+        tl.store(Leaked + _launch_id(), (probe != 0.0).to(tl.int32))
     dk = dk * sm_scale
     if USE_TMA:
         if PART != 1:

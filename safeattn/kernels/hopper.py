@@ -121,6 +121,17 @@ def fold_delta(tma: bool, block_d: int) -> bool:
     return tma and block_d == 128
 
 
+HALF_PARTIAL_ROWS = 64
+
+
+def half_partial(tma: bool, sparse: bool, block_m: int) -> bool:
+    """Whether the dK/dV kernel walks its partial block-mask tiles in steps of half its
+    ``block_m`` query rows, through Q and dO descriptors of that height
+    (``backward._dkdv_head``'s register note): the Hopper path with a block mask, from
+    :data:`HALF_PARTIAL_ROWS` rows. Its full tiles keep the whole block."""
+    return tma and sparse and block_m >= HALF_PARTIAL_ROWS
+
+
 def split_dkdv(tma: bool, block_d: int) -> bool:
     """Whether the dK/dV kernel runs as two launches, dV then dK (``backward._bwd_dkdv``'s
     PART; their configs are ``bwd_dv`` and ``bwd_dk``): the Hopper path at D = 256. There

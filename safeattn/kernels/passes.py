@@ -229,6 +229,12 @@ def backward(
         tile = {"m": c.block_m, "n": c.block_n}
         return tuple(hopper.descriptors(tensors, [tile[r] for r in rows], bd))
 
+    def half_descs(c: configs.KernelConfig) -> tuple:
+        # Q and dO in half-height tiles, for the dK/dV kernel's partial block-mask tiles.
+        if not hopper.half_partial(tma, meta.sparse, c.block_m):
+            return (None, None)
+        return tuple(hopper.descriptors([q, dout], [c.block_m // 2] * 2, bd))
+
     may_empty = meta.may_have_empty_rows
     # dQ first, on the side stream where it overlaps dK/dV (_overlap), joined before
     # returning. First, so that a tuner's timing of either (triton's do_bench synchronises
@@ -269,7 +275,7 @@ def backward(
     leaked = _leak_flags(meta, meta.seq_k, meta.heads_kv, q)
     kv_args = lambda c: (
         q, k, v, dout, lse2, delta, dk, dv, leaked, seed, km, am, cu_q, cu_k, *tiles_t[:4],
-        *descs(c, [q, k, v, dout, dk, dv], "mnnmnn"), *common,
+        *descs(c, [q, k, v, dout, dk, dv], "mnnmnn"), *half_descs(c), *common,
         *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
         *_dense_strides(v, meta.varlen), *_dense_strides(dout, meta.varlen),
         *_dense_strides(dk, meta.varlen), *_dense_strides(dv, meta.varlen),
