@@ -9,6 +9,10 @@
 #
 # Steps (STEPS, in this order; default: ab probe ncu suites tests), each logged under $S
 # (default /tmp/sess):
+#   smoke   pytest --gpu -x on $SMOKE_TESTS (pytest node ids) before anything else; a failure
+#           ends the session there (no tune, no suites on a kernel that is wrong)
+#   masked  docs/perf/masked_dkdv_probe.py $MASKED_ARGS: every dK/dV (and dQ) candidate of the
+#           masked builds timed by the tuner with its live spills, spill filter off
 #   tune    tools.prewarm, then tools.tune --repeats $TUNE_REPEATS (default 3) $TUNE_ARGS alone on the GPU,
 #           committed there as $GIT_AUTHOR_NAME/$GIT_AUTHOR_EMAIL at $TUNE_DATE with the log under
 #           docs/perf/ (the same commit made here from $S/tune_commit/ has the same hash, so the
@@ -50,6 +54,29 @@ if want ab || { want gqa && [[ " ${GQA_TREES:-base} " == *" base "* ]]; }; then
 fi
 cd /tmp/r || exit 1
 git log -1 --format='HEAD %h %s' | cut -c1-120
+
+if want smoke; then
+step smoke
+# shellcheck disable=SC2086  # SMOKE_TESTS is a word list
+timeout "${SMOKE_S:-240}" python3 -m pytest -x -q --gpu ${SMOKE_TESTS:?SMOKE_TESTS=<tests>} \
+  >"$S/smoke.log" 2>&1
+rc=$?
+echo "smoke rc=$rc"
+if [ "$rc" != 0 ]; then
+  step done
+  touch "$S/done"
+  exit 1
+fi
+fi
+
+if want masked; then
+step masked
+# shellcheck disable=SC2086  # MASKED_ARGS is a word list
+timeout "${MASKED_S:-300}" python3 docs/perf/masked_dkdv_probe.py ${MASKED_ARGS:-} \
+  >"$S/masked.jsonl" 2>"$S/masked.err"
+echo "masked rc=$?"
+python3 docs/perf/masked_dkdv_probe.py --table "$S/masked.jsonl" >"$S/masked.txt" 2>&1
+fi
 
 if want tune; then
 step tune
