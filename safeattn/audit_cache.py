@@ -5,7 +5,9 @@ What an audit row says (shared memory, registers, spills of one kernel × config
 head dim × variant on one architecture) is a function of
 
 - the kernel sources and the config tables (``kernels/forward.py``, ``kernels/backward.py``,
-  ``kernels/configs.py``, the block-mask tile size in ``blockmask.py``),
+  ``kernels/configs.py``, the block-mask tile size in ``blockmask.py``), and the Hopper
+  path's rules that set some of their constants (``kernels/hopper.py``: ``fold_delta``,
+  ``split_dkdv``, ``half_partial``),
 - the architecture list and its limits (``gpu_limits.py``),
 - the way the audit specialises and compiles (``audit.py``),
 - the compiler: the Triton version (its wheel carries ptxas; ``TRITON_PTXAS_PATH`` too,
@@ -53,6 +55,7 @@ KEY_FILES: tuple[str, ...] = (
     "kernels/configs.py",
     "kernels/forward.py",
     "kernels/backward.py",
+    "kernels/hopper.py",
 )
 COMMITTED = Path(__file__).resolve().with_name("audit_cache.json")
 ENV = "SAFEATTN_AUDIT_CACHE"

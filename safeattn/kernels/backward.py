@@ -419,7 +419,9 @@ def _dkdv_head(
         # D=128). So the Hopper path walks the partial tiles in steps of half the rows from
         # HALF_PARTIAL_ROWS rows on (hopper.half_partial; Q, dO descriptors of that height);
         # full tiles keep the whole block. With the epilogue's leak probe (_bwd_dkdv) both
-        # builds compile without a spill.
+        # compile without a spill (static); live on the H200 (torch's ptxas) the first has
+        # none and ran 0.412 ms, the bool-mask one 24 B and 0.728 ms against 0.927 ms (32 B)
+        # for M32-N64-w4-s3 (docs/perf/session_masked_dkdv_2026-12-01).
         HALF: tl.constexpr = USE_TMA and BLOCK_M >= HALF_PARTIAL_ROWS
         PART_M: tl.constexpr = BLOCK_M // 2 if HALF else BLOCK_M
         n_part = tl.load(PartNum + num_off) * (SPARSE_Q // PART_M)
