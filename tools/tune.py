@@ -138,7 +138,7 @@ def vote(runs: list[dict[str, dict]]) -> dict[str, dict]:
     Why the medians without a majority: three repeats that each chose another of three
     near-tied candidates used to fall to the earliest candidate in the list, whatever its
     time; on the H200 that kept the dense bf16 D=128 dQ at M64-N64-w4-s2, 1.054x the fastest
-    median (tune_h200_2026-11-29_0e91934.log)."""
+    median (docs/perf/tune_h200_2026-11-29.log)."""
     from safeattn.kernels import configs, tuning
 
     merged: dict[str, dict] = {}
