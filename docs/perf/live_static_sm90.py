@@ -83,7 +83,8 @@ def main() -> None:
             options=options.__dict__,
         )  # fmt: skip
         regs, stack = audit._regs_and_stack(compiled.asm["cubin"])
-        cfg = f"M{kwargs.get('BLOCK_M')}-N{kwargs.get('BLOCK_N')}-w{options.num_warps}-s{options.num_stages}"
+        cfg = f"M{kwargs.get('BLOCK_M')}-N{kwargs.get('BLOCK_N')}"
+        cfg += f"-w{options.num_warps}-s{options.num_stages}"
         row = dict(build=a.build, dtype=a.dtype, hd=a.head_dim, kernel=name, guard=guard,
                    config=cfg, regs=regs, spills=stack, shared=compiled.metadata.shared,
                    part=kwargs.get("PART", 0), tma=bool(kwargs.get("USE_TMA", False)))  # fmt: skip
@@ -105,7 +106,7 @@ def main() -> None:
         call = attention_call("safeattn", causal, resources.LIVE_SEQ_LEN, gqa)
         batch, heads_q, heads_kv = gpu_problem(resources.LIVE_SEQ_LEN, a.head_dim, gqa)
         dtype = getattr(torch, a.dtype)
-        shape = lambda h: (batch, h, resources.LIVE_SEQ_LEN, a.head_dim)  # noqa: E731
+        shape = lambda h: (batch, h, resources.LIVE_SEQ_LEN, a.head_dim)
         q, k, v = (torch.randn(shape(h), dtype=dtype) for h in (heads_q, heads_kv, heads_kv))
         inputs = (q.requires_grad_(), k.requires_grad_(), v.requires_grad_(),
                   torch.randn(shape(heads_q), dtype=dtype))  # fmt: skip

@@ -285,6 +285,18 @@ def _dkdv_step(
         # (an excluded pair's tanh may be NaN; the where selects 0 there).
         dsT = dsT * (1.0 - tT * tT)
     if MASKED:
+        if MASK_KIND == 1:
+            # NOTE: register budget of a bool mask — its tile, kept from the scores' select
+            # to this one, lived across the dV and dP products and the block-mask build
+            # spilled 24 B (M64-N64-w4-s2, bool_mask, D=128: H200 live, and the same
+            # statically, docs/perf/live_static_sm90.py). Read again here (an L1 hit) it
+            # spills none; the other cache modifier keeps the compiler from merging the two
+            # loads back into one live tile (with the same one: 24 B).
+            allowedT = tl.trans(_allowed_pairs(
+                offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
+                km_base, stride_kmn, am_base, stride_amm, stride_amn,
+                HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, RELOAD=True,
+            )[0])  # fmt: skip
         dsT = tl.where(allowedT, dsT, 0.0)
     if UPCAST_DOT == 2:
         dk = tl.dot(dsT, q.to(tl.float32), dk, input_precision=DOT_PRECISION)
@@ -345,10 +357,13 @@ def _dkdv_inner(
     heads=1, stride_qh=0, stride_doh=0, stride_lh=0, stride_amh=0, rng_head=0,
     HEADS: tl.constexpr = False,
     PART: tl.constexpr = 0,
+    split=0, jump=0,
+    JUMP: tl.constexpr = False,
 ):  # fmt: skip
     """``count`` query blocks (``_block_start``) of one query head into dK, dV; with HEADS,
     ``count`` blocks of each of ``heads`` query heads (the head strides from the first head's
-    bases) in one loop, block by block and the heads in turn within a block."""
+    bases) in one loop, block by block and the heads in turn within a block. JUMP: two ranges
+    in one loop, the blocks from the ``split``-th on ``jump`` rows further on."""
     for j in tl.range(0, count * heads if HEADS else count):
         g = 0
         i = j
@@ -359,11 +374,14 @@ def _dkdv_inner(
             i = j // heads
             g = j - i * heads
         g64 = tl.cast(g, tl.int64)
+        start_m = _block_start(start, i, idx_ptr, LISTED, SPARSE_Q, BLOCK_M)
+        if JUMP:
+            start_m += tl.where(i >= split, jump, 0)
         dk, dv = _dkdv_step(
             dk, dv, k, v, q_base + g64 * stride_qh, do_base + g64 * stride_doh,
             lse_base + g64 * stride_lh, delta_base + g64 * stride_lh, km_base,
             am_base + g64 * stride_amh, DescQ, DescdO,
-            q_b, q_h + g, _block_start(start, i, idx_ptr, LISTED, SPARSE_Q, BLOCK_M), offs_n,
+            q_b, q_h + g, start_m, offs_n,
             offs_m0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
             head_dim, stride_qm, stride_qd, stride_dom, stride_dod, stride_lm, stride_kmn,
             stride_amm, stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
@@ -454,6 +472,13 @@ def _dkdv_head(
         # with both masked loops; causal: 0 B against 128 B (sm90, triton 3.6, static).
         # With both, every query block is fully allowed: counted plainly, as the ranges'
         # arithmetic made the dense M64-N128-w8-s3 build 17 % slower (H200, N=4096).
+        # NOTE: one masked loop — with both masked ranges (a right window and a tail), each
+        # loop a copy of the masked step: the varlen_docs build (portable, M32-N64-w4-s3,
+        # D=128) spilled 8 B with the two, none without the tail's (sm90, triton 3.6, CUDA
+        # 13.0's ptxas; live on the H200 the same 8 B). Here the tail's blocks follow the
+        # head's in one loop (JUMP), before the full ones; fp32 keeps the three loops and the
+        # order its accuracy tests were set on (as the GQA loop, _bwd_dkdv).
+        ONE_MASKED: tl.constexpr = HAS_WINDOW_RIGHT and not NO_TAIL and DOT_PRECISION != "ieee"
         if NO_TAIL and not HAS_WINDOW_RIGHT:
             full_lo = 0
             n_full = n_q // BLOCK_M
@@ -463,7 +488,21 @@ def _dkdv_head(
                 BLOCK_M, BLOCK_N, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             )  # fmt: skip
             n_full = _blocks(full_lo, full_hi, BLOCK_M)
-            if HAS_WINDOW_RIGHT:
+            n_head = _blocks(lo, full_lo, BLOCK_M)
+            if ONE_MASKED:
+                dk, dv = _dkdv_inner(
+                    dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base,
+                    DescQ, DescdO, q_b, q_h, lo, n_head + _blocks(full_hi, hi, BLOCK_M), FullIdx,
+                    offs_n, offs_m0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale,
+                    softcap, head_dim, stride_qm, stride_qd, stride_dom, stride_dod, stride_lm,
+                    stride_kmn, stride_amm, stride_amn, True, GUARD, False, SPARSE_Q,
+                    HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP,
+                    BLOCK_M, False, USE_TMA, DOT_PRECISION, UPCAST_DOT,
+                    rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
+                    heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS, PART,
+                    n_head, full_hi - lo - n_head * BLOCK_M, True,
+                )  # fmt: skip
+            elif HAS_WINDOW_RIGHT:
                 dk, dv = _dkdv_inner(
                     dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base,
                     DescQ, DescdO, q_b, q_h, lo, _blocks(lo, full_lo, BLOCK_M), FullIdx, offs_n,
@@ -486,7 +525,7 @@ def _dkdv_head(
             rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
             heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS, PART,
         )  # fmt: skip
-        if not NO_TAIL:
+        if not NO_TAIL and not ONE_MASKED:
             dk, dv = _dkdv_inner(
                 dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base, DescQ,
                 DescdO, q_b, q_h, full_hi,
