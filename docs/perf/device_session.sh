@@ -34,6 +34,8 @@
 #           docs/perf/session_no_tail_2026-11-29/reload_kv.patch and SAFEATTN_RELOAD_KV (static-only lever)
 #   d256    docs/perf/tree_ab.py --d256: HEAD against cuDNN at D=256 N=4096
 #   softcap docs/perf/softcap_fp32_probe.py on the failing fp32 case, first configs only
+#   curve   tools/kernel_perf.py $CURVE_ARGS (default: D=128 at N=1024..16384, safeattn and
+#           cuDNN): TFLOP/s against the work per program, B*N fixed
 #   tests   pytest --gpu on $TEST_FILES (default: the kernel test files), $TESTS_S at most
 #           (or until $DEADLINE), with $TESTS_ENV (e.g. SAFEATTN_AUTOTUNE=0: the first shipped candidate, no tuner)
 set -u
@@ -207,6 +209,14 @@ step softcap
 PROBE_CASES=plain SAFEATTN_AUTOTUNE=0 PROBE_TIMEOUT_S="${SOFTCAP_S:-150}" \
   timeout $((${SOFTCAP_S:-150} + 30)) python3 docs/perf/softcap_fp32_probe.py >"$S/softcap.txt" 2>&1
 echo "softcap rc=$?"
+fi
+
+if want curve; then
+step curve
+# shellcheck disable=SC2086  # CURVE_ARGS is a word list
+timeout "${CURVE_S:-300}" python3 -m tools.kernel_perf ${CURVE_ARGS:---d 128 --n 1024 2048 4096 8192 16384 --impls safeattn sdpa_cudnn} \
+  --json "$S/curve.json" >"$S/curve.log" 2>&1
+echo "curve rc=$?"
 fi
 
 if want tests; then
