@@ -237,12 +237,10 @@ def _dkdv_step(
     # dropout, where dP is masked and rescaled before delta meets it). The LSE was folded
     # too, as (s - lse2/c)·c, until the H100 showed dV beyond the accuracy contract with
     # logits ~1e5 (D=128: its accumulator then starts near -s_max, where P needs every bit).
-    # NOTE: register budget of the masked steps — the mask is made before the scores' product
-    # (a mask tile's load overlaps it), and past P it lives on only as the sign of P's zeros:
-    # an excluded pair's P is -0.0, which _marked_excluded finds for dS's select. Kept as a
-    # bool tile across the dV and dP products, the bool-mask build (Hopper M64-N64-w4-s2,
-    # D=128) spilled 24 B; with the sign 16 B; made first too, none. The other masked builds
-    # hold 1-23 registers fewer (sm90, triton 3.6, CUDA 13.0's ptxas; live_static_sm90.py).
+    sT = _scores(k, q, DOT_PRECISION, UPCAST_DOT) * qk_scale
+    if HAS_SOFTCAP:
+        # NOTE: soft-capping (forward.py): P from the capped scores, as the forward saw them.
+        sT, tT = _softcap(sT, softcap)
     if MASKED:
         allowed, bias = _allowed_pairs(
             offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
@@ -250,11 +248,6 @@ def _dkdv_step(
             HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
         )  # fmt: skip
         allowedT = tl.trans(allowed)
-    sT = _scores(k, q, DOT_PRECISION, UPCAST_DOT) * qk_scale
-    if HAS_SOFTCAP:
-        # NOTE: soft-capping (forward.py): P from the capped scores, as the forward saw them.
-        sT, tT = _softcap(sT, softcap)
-    if MASKED:
         if MASK_KIND == 2:
             sT = sT + tl.trans(bias)
         sT = tl.where(allowedT, sT, float("-inf"))
@@ -267,8 +260,7 @@ def _dkdv_step(
     if MASKED:
         # An excluded pair's P exactly 0 even where the row's LSE is NaN (a row that attends a
         # NaN key): exp2(-inf - NaN) is NaN, and such a row adds NaN only to keys it attends.
-        # -0.0: the mark of the register note above (a ±0 term adds the same to dV).
-        pT = tl.where(allowedT, pT, -0.0)
+        pT = tl.where(allowedT, pT, 0.0)
     pT_v = pT
     if HAS_DROPOUT:
         # NOTE: dropout (forward.py): the forward's mask, transposed; dV is scaled at the end.
@@ -293,19 +285,24 @@ def _dkdv_step(
         # (an excluded pair's tanh may be NaN; the where selects 0 there).
         dsT = dsT * (1.0 - tT * tT)
     if MASKED:
-        dsT = tl.where(_marked_excluded(pT), 0.0, dsT)
+        if MASK_KIND == 1:
+            # NOTE: register budget of a bool mask — its tile, kept from the scores' select
+            # to this one, lived across the dV and dP products and the block-mask build
+            # spilled 24 B (M64-N64-w4-s2, bool_mask, D=128: H200 live, and the same
+            # statically, docs/perf/live_static_sm90.py). Read again here (an L1 hit) it
+            # spills none; the other cache modifier keeps the compiler from merging the two
+            # loads back into one live tile (with the same one: 24 B).
+            allowedT = tl.trans(_allowed_pairs(
+                offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
+                km_base, stride_kmn, am_base, stride_amm, stride_amn,
+                HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, RELOAD=True,
+            )[0])  # fmt: skip
+        dsT = tl.where(allowedT, dsT, 0.0)
     if UPCAST_DOT == 2:
         dk = tl.dot(dsT, q.to(tl.float32), dk, input_precision=DOT_PRECISION)
     else:
         dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=DOT_PRECISION)
     return dk, dv
-
-
-@triton.jit
-def _marked_excluded(p):
-    """The pairs ``_dkdv_step`` excluded, from its P alone: -0.0 there. An included
-    pair's P is exp2(·), +0 or more, or NaN, which compares unequal to 0."""
-    return (p == 0.0) & (p.to(tl.int32, bitcast=True) < 0)
 
 
 @triton.jit
