@@ -16,7 +16,9 @@ checked: the figures are the compiler's.
     TRITON_PTXAS_PATH=<CUDA 13.0 ptxas> python docs/perf/live_static_sm90.py bool_mask \\
         --head-dim 128 --config bwd_dkdv=64,64,4,2 --config bwd_dq=64,64,4,2
 
-One JSON line per compiled kernel (guarded second launches included, ``guard``: true).
+One JSON line per compiled kernel (guarded second launches included, ``guard``: true), with
+``sass``, a hash of its instructions (cuobjdump's SASS, which carries no source lines): equal
+hashes across two trees mean the same machine code.
 The GPUs' triton (3.6) and CUDA 13.0's ptxas (torch 2.11+cu130's, or the nvidia-cuda-nvcc
 13.0.88 wheel) are what the live figures come from; other versions compile differently.
 """
@@ -24,12 +26,28 @@ The GPUs' triton (3.6) and CUDA 13.0's ptxas (torch 2.11+cu130's, or the nvidia-
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def _sass_hash(cubin: bytes) -> str:
+    import subprocess
+    import tempfile
+
+    from safeattn import audit
+
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        sass = subprocess.run([audit._triton_bin("cuobjdump"), "-sass", f.name],
+                              capture_output=True, text=True, check=True).stdout  # fmt: skip
+    body = [line for line in sass.splitlines() if line.strip().startswith("/*")]
+    return hashlib.sha256("\n".join(body).encode()).hexdigest()[:12]
 
 
 def main() -> None:
@@ -87,7 +105,8 @@ def main() -> None:
         cfg += f"-w{options.num_warps}-s{options.num_stages}"
         row = dict(build=a.build, dtype=a.dtype, hd=a.head_dim, kernel=name, guard=guard,
                    config=cfg, regs=regs, spills=stack, shared=compiled.metadata.shared,
-                   part=kwargs.get("PART", 0), tma=bool(kwargs.get("USE_TMA", False)))  # fmt: skip
+                   part=kwargs.get("PART", 0), tma=bool(kwargs.get("USE_TMA", False)),
+                   sass=_sass_hash(compiled.asm["cubin"]))  # fmt: skip
         print(json.dumps(row), flush=True)
         return None
 

@@ -285,18 +285,6 @@ def _dkdv_step(
         # (an excluded pair's tanh may be NaN; the where selects 0 there).
         dsT = dsT * (1.0 - tT * tT)
     if MASKED:
-        if MASK_KIND == 1:
-            # NOTE: register budget of a bool mask — its tile, kept from the scores' select
-            # to this one, lived across the dV and dP products and the block-mask build
-            # spilled 24 B (M64-N64-w4-s2, bool_mask, D=128: H200 live, and the same
-            # statically, docs/perf/live_static_sm90.py). Read again here (an L1 hit) it
-            # spills none; the other cache modifier keeps the compiler from merging the two
-            # loads back into one live tile (with the same one: 24 B).
-            allowedT = tl.trans(_allowed_pairs(
-                offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
-                km_base, stride_kmn, am_base, stride_amm, stride_amn,
-                HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, RELOAD=True,
-            )[0])  # fmt: skip
         dsT = tl.where(allowedT, dsT, 0.0)
     if UPCAST_DOT == 2:
         dk = tl.dot(dsT, q.to(tl.float32), dk, input_precision=DOT_PRECISION)
@@ -488,8 +476,8 @@ def _dkdv_head(
                 BLOCK_M, BLOCK_N, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             )  # fmt: skip
             n_full = _blocks(full_lo, full_hi, BLOCK_M)
-            n_head = _blocks(lo, full_lo, BLOCK_M)
             if ONE_MASKED:
+                n_head = _blocks(lo, full_lo, BLOCK_M)
                 dk, dv = _dkdv_inner(
                     dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base,
                     DescQ, DescdO, q_b, q_h, lo, n_head + _blocks(full_hi, hi, BLOCK_M), FullIdx,

@@ -62,12 +62,9 @@ def _allowed_pairs(
     HAS_WINDOW_RIGHT: tl.constexpr,
     HAS_KEY_MASK: tl.constexpr,
     MASK_KIND: tl.constexpr,
-    RELOAD: tl.constexpr = False,
 ):
     """(BLOCK_M, BLOCK_N) bool of allowed (query, key) pairs, plus the float bias (log2 units)
-    of an additive mask (the scalar 0.0 when there is none). RELOAD: a second call for the same
-    tile, whose mask load must read it again rather than reuse the first call's (another
-    cache modifier keeps the compiler from merging the two; backward.py's ``_dkdv_step``)."""
+    of an additive mask (the scalar 0.0 when there is none)."""
     allowed = (offs_n < n_k)[None, :] & (offs_m < n_q)[:, None]
     if HAS_WINDOW_RIGHT:
         allowed = allowed & (offs_n[None, :] <= offs_m[:, None] + diag + window_right)
@@ -81,13 +78,9 @@ def _allowed_pairs(
         am_ptrs = am_base + offs_m[:, None] * stride_amm + offs_n[None, :] * stride_amn
         am_inb = (offs_m < n_q)[:, None] & (offs_n < n_k)[None, :]
         if MASK_KIND == 1:
-            if RELOAD:
-                am = tl.load(am_ptrs, mask=am_inb, other=0, cache_modifier=".ca")
-            else:
-                am = tl.load(am_ptrs, mask=am_inb, other=0)
+            am = tl.load(am_ptrs, mask=am_inb, other=0)
             allowed = allowed & (am != 0)
         else:
-            tl.static_assert(not RELOAD, "RELOAD: bool masks only")
             am = tl.load(am_ptrs, mask=am_inb, other=0.0).to(tl.float32)
             allowed = allowed & (am != float("-inf"))
             bias = am * LOG2E
