@@ -25,18 +25,21 @@ def gpu_problem(seq_len: int, head_dim: int, gqa: int) -> tuple[int, int, int]:
     return workloads.batch_for(seq_len), heads_q, heads_q // gqa
 
 
-def attention_inputs(impl: str, dtype_name: str, seq_len: int, head_dim: int, gqa: int):
+def attention_inputs(
+    impl: str, dtype_name: str, seq_len: int, head_dim: int, gqa: int, device: str = "cuda"
+):
     """q (B, Hq, N, D), k and v (B, Hkv, N, D) and an upstream gradient (B, Hq, N, D), all
-    contiguous on cuda:0, q/k/v requiring grad. Seeded: every impl sees the same values."""
+    contiguous on ``device`` (cuda:0 for the suites), q/k/v requiring grad. Seeded: every impl
+    sees the same values."""
     import torch
 
     batch, heads_q, heads_kv = gpu_problem(seq_len, head_dim, gqa)
-    gen = torch.Generator(device="cuda").manual_seed(0)
+    gen = torch.Generator(device=device).manual_seed(0)
     dtype = dtype_of(dtype_name)
 
     def randn(heads: int):
         return torch.randn(
-            batch, heads, seq_len, head_dim, device="cuda", dtype=dtype, generator=gen
+            batch, heads, seq_len, head_dim, device=device, dtype=dtype, generator=gen
         )
 
     q, k, v = randn(heads_q), randn(heads_kv), randn(heads_kv)

@@ -5,13 +5,13 @@ Why: the static audit (``safeattn.audit``) compiles each kernel from a represent
 signature, and a live build can specialise differently (strides that are 0 or 1, the
 launch's own constexprs); on 2026-12-01 the block-mask dK/dV compiled without a spill there
 and spilled 24 B live on the H200 (docs/perf/session_masked_dkdv_2026-12-01). Here the
-benchmark's own call (``benchmarks.resources.live_build``: SpeedSuite's or MaskedSpeedSuite's
-inputs, built on the CPU) runs through safeattn's passes with the Hopper path forced on
-(``SAFEATTN_TMA=1``; the packed-documents build stays portable, as on the GPU), and every
-kernel launch is compiled by Triton's own binder for sm90 instead of being run. The config of
-each kernel comes from ``--config KERNEL=M,N,W,S`` (what the GPU's table chose; the suites'
-logs name it), the rest from the interpreter's list. Nothing is executed, so no result is
-checked: the figures are the compiler's.
+benchmark's own call (SpeedSuite's or MaskedSpeedSuite's inputs and call, as
+``benchmarks.resources.live_build`` makes them, built on the CPU) runs through safeattn's
+passes with the Hopper path forced on (``SAFEATTN_TMA=1``; the packed-documents build stays
+portable, as on the GPU), and every kernel launch is compiled by Triton's own binder for sm90
+instead of being run. The config of each kernel comes from ``--config KERNEL=M,N,W,S`` (what
+the GPU's table chose; the suites' logs name it), the rest from the interpreter's list.
+Nothing is executed, so no result is checked: checked: the figures are the compiler's.
 
     TRITON_PTXAS_PATH=<CUDA 13.0 ptxas> python docs/perf/live_static_sm90.py bool_mask \\
         --head-dim 128 --config bwd_dkdv=64,64,4,2 --config bwd_dq=64,64,4,2
@@ -115,20 +115,14 @@ def main() -> None:
 
     api._use_kernels = lambda p: True  # the kernels' path for CPU tensors (compiled, not run)
 
-    import torch
-
     from benchmarks import _masks, resources
-    from benchmarks._attention import attention_call, gpu_problem
+    from benchmarks._attention import attention_call, attention_inputs
 
     if a.build in resources.SPEED_BUILDS or a.build == resources.DENSE_BUILD:
         causal, gqa = resources.SPEED_BUILDS.get(a.build, (False, 1))
         call = attention_call("safeattn", causal, resources.LIVE_SEQ_LEN, gqa)
-        batch, heads_q, heads_kv = gpu_problem(resources.LIVE_SEQ_LEN, a.head_dim, gqa)
-        dtype = getattr(torch, a.dtype)
-        shape = lambda h: (batch, h, resources.LIVE_SEQ_LEN, a.head_dim)
-        q, k, v = (torch.randn(shape(h), dtype=dtype) for h in (heads_q, heads_kv, heads_kv))
-        inputs = (q.requires_grad_(), k.requires_grad_(), v.requires_grad_(),
-                  torch.randn(shape(heads_q), dtype=dtype))  # fmt: skip
+        inputs = attention_inputs("safeattn", a.dtype, resources.LIVE_SEQ_LEN, a.head_dim, gqa,
+                                  device="cpu")  # fmt: skip
     else:
         case = _masks.mask_case(a.build, "safeattn", a.dtype, a.head_dim, device="cpu")
         call, inputs = case.call, case.inputs
