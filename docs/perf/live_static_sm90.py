@@ -58,6 +58,10 @@ def main() -> None:
     ap.add_argument("--config", action="append", default=[], metavar="KERNEL=M,N,W,S")
     ap.add_argument("--kernel", action="append", default=[], help="only these kernels")
     ap.add_argument("--arch", type=int, default=90)
+    ap.add_argument("--table", metavar="GPU",
+                    help="configs from this GPU's shipped tuning table (e.g. nvidia-h200), as "
+                    "its launches read them; --config overrides, a key it lacks is named")
+    ap.add_argument("--ir", type=Path, help="write each kernel's TTGIR and PTX here")
     a = ap.parse_args()
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise SystemExit("unset TRITON_INTERPRET: this compiles, it does not interpret")
@@ -82,6 +86,29 @@ def main() -> None:
     base_largest = configs.largest_block
     configs.largest_block = lambda interpreted: base_largest(False)
 
+    if a.table:
+        from safeattn.kernels import launch, tuning
+
+        def from_table(name, fn, grid, args, meta, dtype, device, seq_q, seq_k, extra=None):
+            # launch._launch's GPU branch up to the table lookup (its own flags and key).
+            extra = extra or {}
+            own = tuple((flag, 1) for flag, const in (("gqa", "GQA"), ("full", "NO_TAIL"))
+                        if extra.get(const))  # fmt: skip
+            key = configs.tune_key(name, dtype, meta.head_dim, seq_q, seq_k, meta.flags + own)
+            found = tuning.table_entry((a.table, f"sm{a.arch}"), tuning.key_text(key))
+            cfg = chosen.get(name)
+            if cfg is None and found is not None:
+                m, n, w, st = (int(x[1:]) for x in found[0].split("-"))
+                cfg = configs.KernelConfig(m, n, w, st)
+            if cfg is None:
+                print(f"# not in {a.table}'s table: {tuning.key_text(key)}", flush=True)
+                cfg = base_config(name)
+            args_of = args if callable(args) else lambda c: args
+            fn[grid(cfg)](*args_of(cfg), **launch._constexprs(meta, dtype, cfg), **extra)
+            return cfg
+
+        launch._launch = from_table
+
     target = GPUTarget("cuda", a.arch, 32)
     backend = make_backend(target)
 
@@ -101,6 +128,11 @@ def main() -> None:
             options=options.__dict__,
         )  # fmt: skip
         regs, stack = audit._regs_and_stack(compiled.asm["cubin"])
+        if a.ir:
+            a.ir.mkdir(parents=True, exist_ok=True)
+            stem = a.ir / f"{a.build}_{a.dtype}_d{a.head_dim}_{name}{'_guard' if guard else ''}"
+            stem.with_suffix(".ttgir").write_text(compiled.asm["ttgir"])
+            stem.with_suffix(".ptx").write_text(compiled.asm["ptx"])
         cfg = f"M{kwargs.get('BLOCK_M')}-N{kwargs.get('BLOCK_N')}"
         cfg += f"-w{options.num_warps}-s{options.num_stages}"
         row = dict(build=a.build, dtype=a.dtype, hd=a.head_dim, kernel=name, guard=guard,

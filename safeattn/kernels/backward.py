@@ -237,10 +237,12 @@ def _dkdv_step(
     # dropout, where dP is masked and rescaled before delta meets it). The LSE was folded
     # too, as (s - lse2/c)·c, until the H100 showed dV beyond the accuracy contract with
     # logits ~1e5 (D=128: its accumulator then starts near -s_max, where P needs every bit).
-    sT = _scores(k, q, DOT_PRECISION, UPCAST_DOT) * qk_scale
-    if HAS_SOFTCAP:
-        # NOTE: soft-capping (forward.py): P from the capped scores, as the forward saw them.
-        sT, tT = _softcap(sT, softcap)
+    # NOTE: register budget of the masked steps — the mask is made before the scores' product
+    # (a mask tile's load overlaps it), and past P it lives on only as the sign of P's zeros:
+    # an excluded pair's P is -0.0, which _marked_excluded finds for dS's select. Kept as a
+    # bool tile across the dV and dP products, the bool-mask build (Hopper M64-N64-w4-s2,
+    # D=128) spilled 24 B; with the sign 16 B; made first too, none. The other masked builds
+    # hold 1-23 registers fewer (sm90, triton 3.6, CUDA 13.0's ptxas; live_static_sm90.py).
     if MASKED:
         allowed, bias = _allowed_pairs(
             offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
@@ -248,6 +250,11 @@ def _dkdv_step(
             HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
         )  # fmt: skip
         allowedT = tl.trans(allowed)
+    sT = _scores(k, q, DOT_PRECISION, UPCAST_DOT) * qk_scale
+    if HAS_SOFTCAP:
+        # NOTE: soft-capping (forward.py): P from the capped scores, as the forward saw them.
+        sT, tT = _softcap(sT, softcap)
+    if MASKED:
         if MASK_KIND == 2:
             sT = sT + tl.trans(bias)
         sT = tl.where(allowedT, sT, float("-inf"))
@@ -260,7 +267,7 @@ def _dkdv_step(
     if MASKED:
         # An excluded pair's P exactly 0 even where the row's LSE is NaN (a row that attends a
         # NaN key): exp2(-inf - NaN) is NaN, and such a row adds NaN only to keys it attends.
-        pT = tl.where(allowedT, pT, 0.0)
+        pT = tl.where(allowedT, pT, _negative_zero())
     pT_v = pT
     if HAS_DROPOUT:
         # NOTE: dropout (forward.py): the forward's mask, transposed; dV is scaled at the end.
@@ -285,12 +292,27 @@ def _dkdv_step(
         # (an excluded pair's tanh may be NaN; the where selects 0 there).
         dsT = dsT * (1.0 - tT * tT)
     if MASKED:
-        dsT = tl.where(allowedT, dsT, 0.0)
+        dsT = tl.where(_marked_excluded(pT), 0.0, dsT)
     if UPCAST_DOT == 2:
         dk = tl.dot(dsT, q.to(tl.float32), dk, input_precision=DOT_PRECISION)
     else:
         dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=DOT_PRECISION)
     return dk, dv
+
+
+@triton.jit
+def _negative_zero():
+    """fp32 -0.0, the mark of an excluded pair in ``_dkdv_step``'s P. Bit-cast from its bits:
+    triton 3.6 builds the literal ``-0.0`` as +0.0 (it compares equal to 0), which marked
+    nothing and failed 14 GPU contract tests (c0dacb5, 2026-12-01)."""
+    return tl.full((), -2147483648, tl.int32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _marked_excluded(p):
+    """The pairs ``_dkdv_step`` excluded, from its P alone: exactly -0.0 there (bits
+    0x80000000). An included pair's P is exp2(·): +0 or more, or NaN."""
+    return (p == 0.0) & (p.to(tl.int32, bitcast=True) < 0)
 
 
 @triton.jit
