@@ -52,7 +52,8 @@ def _sass_hash(cubin: bytes) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("build", help="a LiveBuildResourcesSuite build, or 'dense'")
+    ap.add_argument("build", help="a LiveBuildResourcesSuite build, 'dense', or family:NAME "
+                    "(safeattn.families' case NAME, seed 0, at the GPU tests' size)")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--config", action="append", default=[], metavar="KERNEL=M,N,W,S")
@@ -150,6 +151,17 @@ def main() -> None:
     from benchmarks import _masks, resources
     from benchmarks._attention import attention_call, attention_inputs
 
+    if a.build.startswith("family:"):
+        import torch
+
+        from safeattn import families
+
+        dtype = getattr(torch, a.dtype)
+        case = families.make_case(a.build.split(":", 1)[1], 0, dtype, "cpu", "gpu")
+        out = case.call(api.attention if not case.varlen else api.varlen_attention,
+                        case.q, case.k, case.v)  # fmt: skip
+        out.backward(case.do)
+        return
     if a.build in resources.SPEED_BUILDS or a.build == resources.DENSE_BUILD:
         causal, gqa = resources.SPEED_BUILDS.get(a.build, (False, 1))
         call = attention_call("safeattn", causal, resources.LIVE_SEQ_LEN, gqa)

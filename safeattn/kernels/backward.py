@@ -237,24 +237,33 @@ def _dkdv_step(
     # dropout, where dP is masked and rescaled before delta meets it). The LSE was folded
     # too, as (s - lse2/c)·c, until the H100 showed dV beyond the accuracy contract with
     # logits ~1e5 (D=128: its accumulator then starts near -s_max, where P needs every bit).
-    # NOTE: register budget of the masked steps — the mask is made before the scores' product
-    # (a mask tile's load overlaps it), and past P it lives on only as the sign of P's zeros:
-    # an excluded pair's P is -0.0, which _marked_excluded finds for dS's select. Kept as a
-    # bool tile across the dV and dP products, the bool-mask build (Hopper M64-N64-w4-s2,
-    # D=128) spilled 24 B; with the sign 16 B; made first too, none. The other masked builds
-    # hold 1-23 registers fewer (sm90, triton 3.6, CUDA 13.0's ptxas; live_static_sm90.py).
-    if MASKED:
+    # NOTE: register budget of the masked steps (fp16/bf16: MARK) — the mask is made before
+    # the scores' product (a mask tile's load overlaps it), and past P it lives on only as the
+    # sign of P's zeros: an excluded pair's P is -0.0, which _marked_excluded finds for dS's
+    # select. Kept as a bool tile across the dV and dP products, the bool-mask build (Hopper
+    # M64-N64-w4-s2, D=128) spilled 24 B; made first and marked, none; the other masked builds
+    # hold 0-14 registers fewer (sm90, triton 3.6, CUDA 13.0's ptxas; live_static_sm90.py).
+    # fp32 keeps the order and the bool tile it was verified with: with both changes its dV
+    # missed the contract's bound in one case (trainable_bias fp32, 2.72e-6 > 1.89e-6, H200).
+    MARK: tl.constexpr = MASKED and DOT_PRECISION != "ieee"
+    if MARK:
         allowed, bias = _allowed_pairs(
             offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
             km_base, stride_kmn, am_base, stride_amm, stride_amn,
             HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
         )  # fmt: skip
-        allowedT = tl.trans(allowed)
     sT = _scores(k, q, DOT_PRECISION, UPCAST_DOT) * qk_scale
     if HAS_SOFTCAP:
         # NOTE: soft-capping (forward.py): P from the capped scores, as the forward saw them.
         sT, tT = _softcap(sT, softcap)
     if MASKED:
+        if not MARK:
+            allowed, bias = _allowed_pairs(
+                offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
+                km_base, stride_kmn, am_base, stride_amm, stride_amn,
+                HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
+            )  # fmt: skip
+        allowedT = tl.trans(allowed)
         if MASK_KIND == 2:
             sT = sT + tl.trans(bias)
         sT = tl.where(allowedT, sT, float("-inf"))
@@ -267,7 +276,7 @@ def _dkdv_step(
     if MASKED:
         # An excluded pair's P exactly 0 even where the row's LSE is NaN (a row that attends a
         # NaN key): exp2(-inf - NaN) is NaN, and such a row adds NaN only to keys it attends.
-        pT = tl.where(allowedT, pT, _negative_zero())
+        pT = tl.where(allowedT, pT, _negative_zero() if MARK else 0.0)
     pT_v = pT
     if HAS_DROPOUT:
         # NOTE: dropout (forward.py): the forward's mask, transposed; dV is scaled at the end.
@@ -291,8 +300,10 @@ def _dkdv_step(
         # d(cap·tanh(x/cap))/dx = 1 - tanh²: dS of the raw scores, before the where below
         # (an excluded pair's tanh may be NaN; the where selects 0 there).
         dsT = dsT * (1.0 - tT * tT)
-    if MASKED:
+    if MARK:
         dsT = tl.where(_marked_excluded(pT), 0.0, dsT)
+    elif MASKED:
+        dsT = tl.where(allowedT, dsT, 0.0)
     if UPCAST_DOT == 2:
         dk = tl.dot(dsT, q.to(tl.float32), dk, input_precision=DOT_PRECISION)
     else:
