@@ -511,6 +511,36 @@ def test_the_guarded_second_launches_keep_excluded_values_out(device, on_gpu, mo
     assert torch.isnan(unguarded[2]).any(), "the first dQ launch alone kept NaN out: premise"
 
 
+def test_the_exclusion_mark_survives_compilation(tmp_path):
+    """The fp16/bf16 dK/dV step marks an excluded pair's P as -0.0 and selects dS on that
+    mark (backward._dkdv_step). The interpreter keeps the sign of any -0.0; compiled code
+    must too: triton 3.6 built the literal -0.0 as +0.0, so nothing was marked and NaN from
+    excluded keys reached dK on the GPU (c0dacb5). Cross-compiled for sm90 (no GPU needed),
+    the select must still carry the bits 0x80000000. With the literal, triton 3.6 (the GPUs')
+    fails this test and triton 3.9 passes it; the bit-cast constant passes on both."""
+    script = tmp_path / "mark.py"  # @triton.jit needs its source in a file
+    script.write_text(
+        "import triton, triton.language as tl\n"
+        "from triton.backends.compiler import GPUTarget\n"
+        "from triton.compiler import ASTSource\n"
+        "from safeattn.kernels import backward\n"
+        "@triton.jit\n"
+        "def mark(x_ptr, out_ptr, BLOCK: tl.constexpr):\n"
+        "    offs = tl.arange(0, BLOCK)\n"
+        "    x = tl.load(x_ptr + offs)\n"
+        "    p = tl.where(x > 0, x, backward._negative_zero())\n"
+        "    tl.store(out_ptr + offs, tl.where(backward._marked_excluded(p), 1.0, p))\n"
+        "sig = {'x_ptr': '*fp32', 'out_ptr': '*fp32', 'BLOCK': 'constexpr'}\n"
+        "src = ASTSource(fn=mark, signature=sig, constexprs={'BLOCK': 64})\n"
+        "ptx = triton.compile(src, target=GPUTarget('cuda', 90, 32)).asm['ptx']\n"
+        "print([line.strip() for line in ptx.splitlines() if 'selp.f32' in line])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "0f80000000" in res.stdout, f"the -0.0 mark was lost: {res.stdout}"
+
+
 @pytest.mark.parametrize("where", ["k", "v", "q"])
 def test_included_nan_propagates(where, device, on_gpu):
     b, h, n, d = pick(on_gpu, (1, 2, 20, 16), (2, 4, 512, 64))
