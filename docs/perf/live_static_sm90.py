@@ -15,6 +15,13 @@ Nothing is executed, so no result is checked: checked: the figures are the compi
 
     TRITON_PTXAS_PATH=<CUDA 13.0 ptxas> python docs/perf/live_static_sm90.py bool_mask \\
         --head-dim 128 --config bwd_dkdv=64,64,4,2 --config bwd_dq=64,64,4,2
+    ... live_static_sm90.py bool_mask --head-dim 128 --table nvidia-h200 --kernel _bwd_dkdv
+    ... live_static_sm90.py family:trainable_bias --dtype float32 --ir /tmp/ir
+
+``--table GPU`` takes every launch's config from that GPU's shipped tuning table, keyed as
+the GPU keys it (a key the table lacks is named, and the interpreter's config used);
+``family:NAME`` compiles a ``safeattn.families`` case (seed 0, the GPU tests' size);
+``--ir DIR`` keeps each kernel's TTGIR and PTX.
 
 One JSON line per compiled kernel (guarded second launches included, ``guard``: true), with
 ``sass``, a hash of its instructions (cuobjdump's SASS, which carries no source lines): equal
