@@ -98,11 +98,9 @@ def main() -> None:
         from safeattn.kernels import launch, tuning
 
         def from_table(name, fn, grid, args, meta, dtype, device, seq_q, seq_k, extra=None):
-            # launch._launch's GPU branch up to the table lookup (its own flags and key).
+            # launch._launch's GPU branch up to the table lookup, with its key.
             extra = extra or {}
-            own = tuple((flag, 1) for flag, const in (("gqa", "GQA"), ("full", "NO_TAIL"))
-                        if extra.get(const))  # fmt: skip
-            key = configs.tune_key(name, dtype, meta.head_dim, seq_q, seq_k, meta.flags + own)
+            key = launch.launch_key(name, dtype, meta, seq_q, seq_k, extra)
             found = tuning.table_entry((a.table, f"sm{a.arch}"), tuning.key_text(key))
             cfg = chosen.get(name)
             if cfg is None and found is not None:

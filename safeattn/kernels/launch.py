@@ -229,6 +229,17 @@ def _gpu_names(index: int) -> tuple[str, str]:
     return slug, arch_name(torch.cuda.get_device_capability(index))
 
 
+def launch_key(name: str, dtype, meta: Meta, seq_q: int, seq_k: int, extra: dict) -> tuple:
+    """The tune key of one launch of kernel ``name`` (``configs.tune_key`` with the problem's
+    flags and this kernel's own), as the tables and the cache store it."""
+    # A GQA dK/dV program loops over its query-head group, and NO_TAIL compiles another kernel
+    # (one whose spills differ): both keyed apart, named only when on. "full": the dense
+    # build it first was (no masked range at all), the name the tables' keys carry.
+    own = tuple((flag, 1) for flag, const in (("gqa", "GQA"), ("full", "NO_TAIL"))
+                if extra.get(const))  # fmt: skip
+    return configs.tune_key(name, dtype, meta.head_dim, seq_q, seq_k, meta.flags + own)
+
+
 def _launch(name, fn, grid, args, meta, dtype, device, seq_q, seq_k, extra=None):
     """Choose a config for ``fn`` (see the module docstring) and launch it; returns it.
     ``args``: the arguments, or a function of the config returning them (the Hopper path's
@@ -239,12 +250,7 @@ def _launch(name, fn, grid, args, meta, dtype, device, seq_q, seq_k, extra=None)
         cfg = configs.interpreter_config(name)
         fn[grid(cfg)](*args_of(cfg), **_constexprs(meta, dtype, cfg), **extra)
         return cfg
-    # A GQA dK/dV program loops over its query-head group, and NO_TAIL compiles another kernel
-    # (one whose spills differ): both keyed apart, named only when on. "full": the dense
-    # build it first was (no masked range at all), the name the tables' keys carry.
-    own = tuple((flag, 1) for flag, const in (("gqa", "GQA"), ("full", "NO_TAIL"))
-                if extra.get(const))  # fmt: skip
-    key = configs.tune_key(name, dtype, meta.head_dim, seq_q, seq_k, meta.flags + own)
+    key = launch_key(name, dtype, meta, seq_q, seq_k, extra)
     gpu_names = _gpu_names(
         device.index if device.index is not None else torch.cuda.current_device()
     )
