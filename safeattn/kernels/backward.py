@@ -237,15 +237,18 @@ def _dkdv_step(
     # dropout, where dP is masked and rescaled before delta meets it). The LSE was folded
     # too, as (s - lse2/c)·c, until the H100 showed dV beyond the accuracy contract with
     # logits ~1e5 (D=128: its accumulator then starts near -s_max, where P needs every bit).
-    # NOTE: register budget of the masked steps (fp16/bf16: MARK) — the mask is made before
+    # NOTE: register budget of the bool-mask steps (fp16/bf16: MARK) — the mask is made before
     # the scores' product (a mask tile's load overlaps it), and past P it lives on only as the
     # sign of P's zeros: an excluded pair's P is -0.0, which _marked_excluded finds for dS's
     # select. Kept as a bool tile across the dV and dP products, the bool-mask build (Hopper
-    # M64-N64-w4-s2, D=128) spilled 24 B; made first and marked, none; the other masked builds
-    # hold 0-14 registers fewer (sm90, triton 3.6, CUDA 13.0's ptxas; live_static_sm90.py).
-    # fp32 keeps the order and the bool tile it was verified with: with both changes its dV
-    # missed the contract's bound in one case (trainable_bias fp32, 2.72e-6 > 1.89e-6, H200).
-    MARK: tl.constexpr = MASKED and DOT_PRECISION != "ieee"
+    # M64-N64-w4-s2, D=128) spilled 24 B; made first and marked, none (sm90, triton 3.6, CUDA
+    # 13.0's ptxas; live_static_sm90.py). Only there: the other masked builds need no relief,
+    # and marked they ran slower on the H200 (dK/dV kernel, bf16: key padding + causal +2 % at
+    # D=64 and +5 % at D=128, packed documents +2-3 %, windows +0.9 % / -2.2 %;
+    # docs/perf/session_mark_2026-12-02). fp32 keeps the order and the bool tile it was
+    # verified with: marked, its dV missed the contract's bound in one case (trainable_bias
+    # fp32, 2.72e-6 > 1.89e-6, H200).
+    MARK: tl.constexpr = MASKED and DOT_PRECISION != "ieee" and MASK_KIND == 1
     if MARK:
         allowed, bias = _allowed_pairs(
             offs_m, offs_n, n_q, n_k, diag, window_left, window_right,
