@@ -10,10 +10,11 @@ In a fresh ``git clone`` of this repository's HEAD, ``make demo`` (which builds 
    which the overview then names too, with no exception box.
 
 This is the README's main-job command, so CI runs it (``CI=true``); locally it is skipped
-unless ``--runslow`` is given. On 2 cores: the venv build ~1 minute, then the benchmark
-a couple of minutes when the static audit's key is in ``safeattn/audit_cache.json`` (~20
-when it is not: ~370 compiles). Port 8501 must be free. The whole process group of
-``make demo`` is stopped afterwards.
+unless ``--runslow`` is given. It passes ``--quick`` to the benchmark
+(``$SAFEATTN_DEMO_RUN_ARGS``): every CPU suite, fewer samples and trials. On 2 cores: the
+venv build ~1 minute, then the benchmark a couple of minutes when the static audit's key
+is in ``safeattn/audit_cache.json`` (~20 when it is not: ~370 compiles). Port 8501 must
+be free. The whole process group of ``make demo`` is stopped afterwards.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import pytest
 from _serve import REPO, require_chromium, wait_for_health
 
 from tools.browser import Chromium
+from tools.demo import RUN_ARGS_ENV
 from tools.runner.suites import GROUPS, measured_suites
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -147,6 +149,7 @@ def demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Iterator[Demo]:
     subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
     assert git(clone, "rev-parse", "HEAD") == head
     env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
+    env[RUN_ARGS_ENV] = "--quick"  # fewer samples and trials: the pipeline, not the numbers
     log = tmp_path / "make-demo.log"
     with capsys.disabled():
         say(f"make demo in the clone; output in {log}")

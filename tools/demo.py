@@ -5,9 +5,10 @@
 1. Starts ``streamlit run dashboard/app.py`` over ``results/`` (the committed GPU history)
    and prints ``[demo] dashboard on http://localhost:8501 ...`` straight away; a second
    ``[demo]`` line says when it answers.
-2. Runs ``tools/run.py`` (this machine's HEAD, every suite it has; extra arguments go
-   to run.py) with ``--status``: the dashboard shows the run's suite, step, elapsed time
-   and a progress bar, and this machine's results once it finishes.
+2. Runs ``tools/run.py`` (this machine's HEAD, every suite it has; extra arguments, then
+   those in ``$SAFEATTN_DEMO_RUN_ARGS``, go to run.py) with ``--status``: the dashboard
+   shows the run's suite, step, elapsed time and a progress bar, and this machine's results
+   once it finishes.
 3. Keeps serving until Ctrl-C (SIGINT) or SIGTERM, which stop both: the benchmark with
    every process it started, and Streamlit.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -31,6 +33,10 @@ if str(REPO) not in sys.path:  # `python tools/demo.py` as well as `python -m to
     sys.path.insert(0, str(REPO))
 
 from tools.runner.status import STATUS_ENV  # noqa: E402
+
+# More run.py arguments, for a caller that cannot add them to `make demo`'s command line
+# (tests/test_demo.py: --quick, as it checks the pipeline, not the numbers).
+RUN_ARGS_ENV = "SAFEATTN_DEMO_RUN_ARGS"
 
 
 def say(message: str) -> None:
@@ -97,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=8501)
     args, run_args = parser.parse_known_args(argv)
+    run_args += shlex.split(os.environ.get(RUN_ARGS_ENV, ""))
     url = f"http://localhost:{args.port}"
 
     signal.signal(signal.SIGTERM, _interrupt)  # as Ctrl-C: one way out, the finally below
