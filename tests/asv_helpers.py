@@ -3,12 +3,16 @@
 Several test files (this suite's, the results loader's, the gate's end-to-end test) need
 genuine asv output of this repository. :func:`asv_cpu_run` produces it through the same
 command users run (``python tools/run.py --same --quick``), into a directory that
-lives as long as the test process, and caches it per benchmark selection.
+lives as long as the test process, and caches it per benchmark selection; under
+pytest-xdist, per test session: the workers share one run (tests/conftest.py names the
+directory in :data:`SHARED_DIR_ENV`).
 """
 
 from __future__ import annotations
 
 import atexit
+import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -29,6 +33,8 @@ TRUTH_FILES = (
     "safeattn/audit_cache.py",  # the static audit's cache (standard library only)
 )
 RUN_TIMEOUT_S = 900  # the full CPU part takes ~1-3 min on 2 cores; fail clearly, not hang
+# A directory the whole test session shares (its xdist workers too), set by tests/conftest.py.
+SHARED_DIR_ENV = "SAFEATTN_TEST_SHARED_DIR"
 
 
 @dataclass(frozen=True)
@@ -80,10 +86,30 @@ class AsvRun:
 def asv_cpu_run(bench: tuple[str, ...] = ()) -> AsvRun:
     """Run the CPU-capable benchmarks (or those matching the asv ``-b`` regexes in
     ``bench``) through asv in quick mode, for the current working tree recorded as HEAD.
-    Cached per process and selection; the directory is removed when the process exits.
-    Raises RuntimeError with asv's output if the run fails."""
-    results = Path(tempfile.mkdtemp(prefix="safeattn-asv-results-"))
-    atexit.register(shutil.rmtree, results, ignore_errors=True)
+    Cached per process and selection, and per session under $SAFEATTN_TEST_SHARED_DIR (two
+    xdist workers: the second waits for the first's run and reads it, rather than running
+    asv again beside it). Raises RuntimeError with asv's output if the run fails."""
+    shared = os.environ.get(SHARED_DIR_ENV)
+    if not shared:
+        results = Path(tempfile.mkdtemp(prefix="safeattn-asv-results-"))
+        atexit.register(shutil.rmtree, results, ignore_errors=True)
+        return _run_asv(bench, results)
+    key = hashlib.sha256(json.dumps(bench).encode()).hexdigest()[:12]
+    where = Path(shared) / f"asv-cpu-run-{key}"
+    with open(f"{where}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        record = where / "run.json"
+        if record.exists():
+            fields = json.loads(record.read_text())
+            return AsvRun(**{**fields, "results": Path(fields["results"])})
+        shutil.rmtree(where, ignore_errors=True)  # a failed earlier attempt
+        run = _run_asv(bench, where / "results")
+        record.write_text(json.dumps({**run.__dict__, "results": str(run.results)}))
+        return run
+
+
+def _run_asv(bench: tuple[str, ...], results: Path) -> AsvRun:
+    results.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(REPO / "tools" / "run.py"), "--same", "--quick"]
     cmd += [f"--bench={b}" for b in bench] + ["--results", str(results)]
     env = dict(os.environ)
