@@ -28,6 +28,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # Tuning choices made by tests (on a GPU shared by xdist workers: noise) must not reach
     # the user's tuning cache, which the next benchmark run on this machine would read.
     os.environ.setdefault("SAFEATTN_TUNING_CACHE", "0")
+    # One directory for the whole session, workers included (they inherit the environment):
+    # asv_helpers.asv_cpu_run keeps its one real asv run there.
+    if not hasattr(config, "workerinput") and "SAFEATTN_TEST_SHARED_DIR" not in os.environ:
+        config._safeattn_shared_dir = tempfile.mkdtemp(prefix="safeattn-tests-")
+        os.environ["SAFEATTN_TEST_SHARED_DIR"] = config._safeattn_shared_dir
     # Inductor's on-disk caches key a compiled graph by its FX graph, which names our
     # operators but not their schemas: a graph compiled by another checkout (a branch whose
     # attn_bwd took one more argument) was served here and called attn_bwd wrongly. Tests
@@ -38,18 +43,42 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    shared = getattr(config, "_safeattn_shared_dir", None)
+    if shared:
+        shutil.rmtree(shared, ignore_errors=True)
+        del os.environ["SAFEATTN_TEST_SHARED_DIR"]
     own = getattr(config, "_safeattn_inductor_dir", None)
     if own:
         shutil.rmtree(own, ignore_errors=True)
         del os.environ["TORCHINDUCTOR_CACHE_DIR"]
 
 
-# Files whose few tests run real asv or `make demo` (minutes each on CI's two cores),
-# longest first: `make test` runs them first (`--no-loadscope-reorder` keeps this order),
-# so the other worker takes the many short files meanwhile. xdist's default order (most
-# tests first) started them last, and one worker ran alone for minutes at the end.
-LONG_FILES = ("test_gate_e2e.py", "test_demo.py", "test_dashboard_app.py", "test_results.py",
-              "test_asv_suite.py")  # fmt: skip
+# The longest files first: `make test` hands them out in this order (`--no-loadscope-reorder`
+# keeps it), so the short files fill both workers' ends. xdist's default order (most tests
+# first) started the asv/`make demo` files last, and one worker ran alone for minutes at
+# the end; so would the interpreter-heavy test_hopper and test_kernels started late. The
+# seconds: a `make test`-like run on 2 cores at load ~4, 2026-12-02 (the demo and gate
+# files after their cuts, run together).
+LONG_FILES = (
+    "test_hopper.py",  # 913
+    "test_kernels.py",  # 621
+    "test_demo.py",  # 345 (make demo: its venv, then the CPU suites --quick)
+    "test_gate_e2e.py",  # 257 (asv on 4 commits)
+    "test_dashboard_browser.py",  # 194
+    "test_dropout.py",  # 192
+    "test_dbias.py",  # 163
+    "test_dashboard_app.py",  # 230 before the sample runs took a forkserver (-~80)
+    "test_blockmask.py",  # 135
+    "test_families.py",  # 118
+    # One real asv run (asv_helpers.asv_cpu_run, ~85 s) for both files, the first to ask runs
+    # it: far apart here, so that the other finds it done rather than waits for it.
+    "test_results.py",  # 96 with the run
+    "test_compile.py",  # 101
+    "test_aa.py",  # 84
+    "test_masked_benchmarks.py",  # 80
+    "test_multi_gpu.py",  # 61
+    "test_asv_suite.py",  # 35 without the run
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
