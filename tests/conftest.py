@@ -14,6 +14,7 @@ import shutil
 import tempfile
 
 import pytest
+from asv_helpers import SHARED_DIR_ENV
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -30,9 +31,9 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("SAFEATTN_TUNING_CACHE", "0")
     # One directory for the whole session, workers included (they inherit the environment):
     # asv_helpers.asv_cpu_run keeps its one real asv run there.
-    if not hasattr(config, "workerinput") and "SAFEATTN_TEST_SHARED_DIR" not in os.environ:
+    if not hasattr(config, "workerinput") and SHARED_DIR_ENV not in os.environ:
         config._safeattn_shared_dir = tempfile.mkdtemp(prefix="safeattn-tests-")
-        os.environ["SAFEATTN_TEST_SHARED_DIR"] = config._safeattn_shared_dir
+        os.environ[SHARED_DIR_ENV] = config._safeattn_shared_dir
     # Inductor's on-disk caches key a compiled graph by its FX graph, which names our
     # operators but not their schemas: a graph compiled by another checkout (a branch whose
     # attn_bwd took one more argument) was served here and called attn_bwd wrongly. Tests
@@ -46,7 +47,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     shared = getattr(config, "_safeattn_shared_dir", None)
     if shared:
         shutil.rmtree(shared, ignore_errors=True)
-        del os.environ["SAFEATTN_TEST_SHARED_DIR"]
+        del os.environ[SHARED_DIR_ENV]
     own = getattr(config, "_safeattn_inductor_dir", None)
     if own:
         shutil.rmtree(own, ignore_errors=True)
