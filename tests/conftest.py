@@ -62,7 +62,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # files after their cuts, run together).
 LONG_FILES = (
     "test_hopper.py",  # 913
-    "test_kernels.py",  # 621
+    "test_kernels.py",  # 621 with the family cases, which test_families now holds alone
     "test_demo.py",  # 345 (make demo: its venv, then the CPU suites --quick)
     "test_gate_e2e.py",  # 257 (asv on 4 commits)
     "test_dashboard_browser.py",  # 194

@@ -13,7 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tools.runner import gpus, results
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tools/ lives at the repository root (alone, the file ran
+# only after another test file had put it on the path)
+
+from tools.runner import gpus, results  # noqa: E402
 
 H100 = "NVIDIA H100 80GB HBM3"
 H200 = "NVIDIA H200"
@@ -218,8 +222,9 @@ def test_run_py_measures_a_range_on_two_gpus_and_resumes(tmp_path, monkeypatch):
     run = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-4000:]
-    commits = subprocess.run(["git", "rev-list", "--reverse", "HEAD~2..HEAD"], cwd=REPO,
-                             capture_output=True, text=True).stdout.split()  # fmt: skip
+    # asv walks a range's first parents: a merge at HEAD adds no commit of the merged branch.
+    commits = subprocess.run(["git", "rev-list", "--first-parent", "--reverse", "HEAD~2..HEAD"],
+                             cwd=REPO, capture_output=True, text=True).stdout.split()  # fmt: skip
     (machine,) = [p for p in store.iterdir() if p.is_dir()]
     measured = {
         json.loads(p.read_text())["commit_hash"]: json.loads(p.read_text())["results"]

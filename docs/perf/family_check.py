@@ -1,5 +1,5 @@
 """One adversarial family's verdicts (seeds 0-2, GPU size) for one safeattn package, as
-tests/test_kernels.py::test_adversarial_families checks them (a diagnostic, not a test).
+tests/test_families.py::test_safeattn_passes checks them (a diagnostic, not a test).
 
     PYTHONPATH=$PWD python docs/perf/family_check.py base|new varlen_empty_seqs float32
 
