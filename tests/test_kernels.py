@@ -489,7 +489,9 @@ def test_the_guarded_second_launches_keep_excluded_values_out(device, on_gpu, mo
     at = {"forward": 13, "bwd_dkdv": 8, "bwd_dq": 7}  # Leaked's place in the arguments
 
     def spy(name, fn, grid, args, *rest):
-        leaked = (args(rest[-2]) if callable(args) else args)[at[name]]
+        # The redo gets the first launch's arguments, built once (launch.per_config).
+        assert callable(args) and args(rest[-2]) is args(rest[-2]), name
+        leaked = args(rest[-2])[at[name]]
         assert leaked.dtype == torch.int32 and leaked.dim() == 1, name
         redo(name, fn, grid, args, *rest)
         flags[name] = leaked[: grid[0] * grid[1]].tolist()
@@ -509,6 +511,17 @@ def test_the_guarded_second_launches_keep_excluded_values_out(device, on_gpu, mo
     unguarded = fwd_bwd(safeattn.attention, q, kp, vp, torch.ones_like(q), key_mask=key_mask)
     assert torch.isnan(unguarded[0]).all(), "the first launch alone kept NaN out: test premise"
     assert torch.isnan(unguarded[2]).any(), "the first dQ launch alone kept NaN out: premise"
+
+
+def test_per_config_builds_each_configs_arguments_once():
+    """launch.per_config: one call's arguments are built once per config (the Hopper path's
+    descriptors with them), and another config gets its own."""
+    built = []
+    args = launch.per_config(lambda c: (built.append(c), c.block_m))
+    a, b = configs.KernelConfig(64, 64, 4, 2), configs.KernelConfig(128, 64, 8, 2)
+    first = args(a)
+    assert args(a) is first and built == [a]
+    assert args(b)[1] == b.block_m and built == [a, b]
 
 
 def test_the_exclusion_mark_survives_compilation(tmp_path):

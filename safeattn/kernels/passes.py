@@ -115,6 +115,7 @@ def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None, 
     may_empty = meta.may_have_empty_rows
     leaked = _leak_flags(meta, meta.seq_q, meta.heads_q, q)
 
+    @launch.per_config  # the guarded redo reuses the first launch's (descriptors included)
     def args(c: configs.KernelConfig) -> tuple:
         # TMA descriptors carry the config's tile shape: one set per config.
         descs = (None,) * 4
@@ -247,7 +248,7 @@ def backward(
         tiles = _tile_args(summary, False, q)
         # The dQ kernel flags and redoes its programs the same way (backward._bwd_dq).
         leaked_q = _leak_flags(meta, meta.seq_q, meta.heads_q, q)
-        q_args = lambda c: (
+        q_args = launch.per_config(lambda c: (
             q, k, v, dout, lse2, delta, dq, leaked_q, db if db is not None else q, seed, km, am,
             cu_q, cu_k, *tiles[:4], *descs(c, [q, k, v, dout, dq], "mnnmm"), *common,
             *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
@@ -259,7 +260,7 @@ def backward(
             schedule.sched_chunk(
                 c, *q_grid(c), _head_bytes(meta.seq_k, meta, q) // group, dev, may_empty
             ),
-        )  # fmt: skip
+        ))  # fmt: skip
         q_grid = lambda c: (triton.cdiv(meta.seq_q, c.block_m), meta.batch * meta.heads_q)
         extra = {"USE_TMA": tma, "HAS_DBIAS": db is not None, "HAS_DROPOUT": meta.dropout_p > 0,
                  "NO_TAIL": meta.no_tail(edge, "bwd_dq")}
@@ -273,7 +274,7 @@ def backward(
     # Where a row can be empty, the dK/dV kernel flags its programs whose results leaked
     # NaN/Inf from an empty row, and a second launch redoes them (backward._bwd_dkdv).
     leaked = _leak_flags(meta, meta.seq_k, meta.heads_kv, q)
-    kv_args = lambda c: (
+    kv_args = launch.per_config(lambda c: (
         q, k, v, dout, lse2, delta, dk, dv, leaked, seed, km, am, cu_q, cu_k, *tiles_t[:4],
         *descs(c, [q, k, v, dout, dk, dv], "mnnmnn"), *half_descs(c), *common,
         *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
@@ -285,7 +286,7 @@ def backward(
         schedule.sched_chunk(
             c, *kv_grid(c), _head_bytes(meta.seq_q, meta, q) * group, dev, may_empty
         ),
-    )  # fmt: skip
+    ))  # fmt: skip
     kv_grid = lambda c: (triton.cdiv(meta.seq_k, c.block_n), meta.batch * meta.heads_kv)
     kv_extra = {"GQA": group > 1, "GROUP": group, "USE_TMA": tma,
                 "HAS_DROPOUT": meta.dropout_p > 0, "FOLD_DELTA": hopper.fold_delta(tma, bd),
