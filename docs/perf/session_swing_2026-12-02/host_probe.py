@@ -22,7 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+# benchmarks/ from this checkout, after PYTHONPATH: the tree under test's safeattn comes first.
+sys.path.append(str(Path(__file__).resolve().parents[3]))
 
 CASES = [  # (dtype, D, N, causal, B, H)
     ("bfloat16", 128, 1024, True, 16, 16),
