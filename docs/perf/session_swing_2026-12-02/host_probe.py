@@ -4,7 +4,7 @@ whenever the host fell behind.)
 
 Per case: the issue time of each pass (``time.perf_counter`` around the call, the GPU idle
 before it, no synchronisation after: what the host spends before it can go on), medians of
-30 calls, for safeattn and SDPA's cuDNN backend; then cProfile over 50 safeattn calls of each
+30 calls (``--calls``), for safeattn and SDPA's cuDNN backend; then cProfile over 50 safeattn calls of each
 pass (the backward in the calling thread: ``torch.autograd.set_multithreading_enabled``),
 the functions with the most own time and the most cumulative time.
 
@@ -86,6 +86,7 @@ def _profile(fn, calls: int, top: int) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--top", type=int, default=30, help="0: the issue times only, no cProfile")
+    ap.add_argument("--calls", type=int, default=30, help="calls per issue-time median")
     args = ap.parse_args()
     import torch
 
@@ -106,7 +107,7 @@ def main() -> int:
                     t.grad = None
                 kept.backward(do, retain_graph=True)
 
-            f_ms, b_ms = _issue_ms(fwd), _issue_ms(bwd)
+            f_ms, b_ms = _issue_ms(fwd, args.calls), _issue_ms(bwd, args.calls)
             print(f"{case}: {name:8s} host issue ms: forward {f_ms:.3f}  backward {b_ms:.3f}")
             if name == "safeattn" and args.top > 0:
                 profiles.append((case, "forward", _profile(fwd, 50, args.top)))
