@@ -4,8 +4,9 @@ whenever the host fell behind.)
 
 Per case: the issue time of each pass (``time.perf_counter`` around the call, the GPU idle
 before it, no synchronisation after: what the host spends before it can go on), medians of
-30 calls (``--calls``), for safeattn and SDPA's cuDNN backend; then cProfile over 50 safeattn calls of each
-pass (the backward in the calling thread: ``torch.autograd.set_multithreading_enabled``),
+30 calls (``--calls``), for safeattn and SDPA's cuDNN backend; then cProfile over 50
+safeattn calls of each pass (the backward in the calling thread:
+``torch.autograd.set_multithreading_enabled``),
 the functions with the most own time and the most cumulative time.
 
     PYTHONPATH=. python docs/perf/session_swing_2026-12-02/host_probe.py [--top 30] > host.txt
