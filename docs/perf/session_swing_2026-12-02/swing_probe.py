@@ -9,7 +9,9 @@ size (so they land at other addresses) and the same shape is timed three ways:
 - ``events``: ``benchmarks._gpu_measure.cuda_event_samples`` median, as the asv suites time
   (the GPU sleeps before each call, so the host's issue time is not in it);
 - ``kernels``: each kernel's own GPU duration under ``torch.profiler`` (medians over the
-  profiled calls), with the stream it ran on, so a swing can be put on one kernel.
+  profiled calls; ``name#i``: the i-th launch of that kernel in a call, so a first launch and
+  its guarded redo stay apart), with the stream it ran on. The rows of 2026-12-02 were
+  recorded before that split: their medians mix the two.
 
 and under three launch orders (``schedule.sched_chunk``, monkeypatched): ``shipped``, ``1``
 (one (b, h) pair after another) and ``all`` (every pair in one chunk). With ``--timeline``,
@@ -66,16 +68,19 @@ def _kernel_times(fn, calls: int = 10) -> dict[str, dict]:
             fn()
         torch.cuda.synchronize()
     by_name: dict[str, list] = defaultdict(list)
-    for e in prof.events():
+    for e in sorted(prof.events(), key=lambda e: e.time_range.start):
         if e.device_type.name == "CUDA" and "elementwise" not in e.name:
             by_name[e.name].append(e)
     out = {}
     for name, evs in by_name.items():
-        out[name[:40]] = {
-            "ms": statistics.median((e.time_range.end - e.time_range.start) / 1e3 for e in evs),
-            "stream": evs[0].device_resource_id,
-            "n": len(evs) / calls,
-        }
+        # A kernel launched k times per call (a first launch and its guarded redo share the
+        # name): the i-th launch of each call apart, as name#i.
+        per_call = max(1, len(evs) // calls)
+        for i in range(per_call):
+            mine = evs[i::per_call]
+            ms = [(e.time_range.end - e.time_range.start) / 1e3 for e in mine]
+            out[f"{name[:40]}#{i}"] = {"ms": statistics.median(ms),
+                                       "stream": mine[0].device_resource_id}  # fmt: skip
     return out
 
 
