@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 from dataclasses import dataclass
@@ -271,7 +270,6 @@ def interpreter_config(kernel: str) -> KernelConfig:
     return _INTERPRETER[kernel]
 
 
-@functools.cache  # every backward asks; the tables are constants (~0.1 ms a call otherwise)
 def largest_block(interpreted: bool) -> int:
     """The largest tile edge (rows or keys) of any config that can run: a sequence length
     that is a multiple of it leaves no partial tile under any of them (``launch.Meta.no_tail``).

@@ -63,8 +63,6 @@ def _strides(t: torch.Tensor) -> list[int]:
     """``t``'s strides with those of size-1 dimensions replaced by the contiguous value:
     such a stride is never stepped along, but TMA still requires it aligned."""
     strides = list(t.stride())
-    if 1 not in t.shape:  # the usual case, on every launch's descriptors: nothing to replace
-        return strides
     inner = 1
     for d in range(t.dim() - 1, -1, -1):
         if t.shape[d] == 1:

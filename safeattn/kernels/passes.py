@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import os
 
@@ -180,6 +181,15 @@ def _side_stream(device: torch.device) -> torch.cuda.Stream:
     return _SIDE_STREAMS[index]
 
 
+@functools.cache
+def _largest_block(of, interpreted: bool) -> int:
+    """``of(interpreted)`` (``configs.largest_block``, for ``Meta.no_tail``), once per function:
+    it walks every config table, ~0.1 ms of the host's issue time on each backward. Keyed by
+    the function too, so a test that patches ``configs.largest_block`` is asked anew. (Cached
+    here, not in configs.py: that file keys the static audit's cache.)"""
+    return of(interpreted)
+
+
 def backward(
     q, k, v, out, dout, lse2, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None,
     dbias: bool = False, seed=None,
@@ -221,7 +231,7 @@ def backward(
     tma = hopper.use_tma(meta.varlen, q.device, q, k, v, dout, dq, dk, dv)
     meta = dataclasses.replace(meta, tma=tma, dbias=db is not None)
     bd = configs.block_d(meta.head_dim)
-    edge = configs.largest_block(launch.INTERPRET or dev.type != "cuda")  # Meta.no_tail
+    edge = _largest_block(configs.largest_block, launch.INTERPRET or dev.type != "cuda")
 
     def descs(c: configs.KernelConfig, tensors: list, rows: str) -> tuple:
         # One descriptor per tensor, rows "m" (query tiles) or "n" (key tiles) per letter.
