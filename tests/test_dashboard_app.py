@@ -99,6 +99,21 @@ def run_page(results_dir: Path, page: str, query: dict | None = None) -> AppTest
     return at
 
 
+# (results directory, page) -> its run: several tests read the same page of the same
+# read-only directory (sample_dir, results/) without a query; the project overview alone
+# took ~13-20 s a run, three times. Tests that change a run's state must call run_page.
+_SHARED: dict[tuple[str, str], AppTest] = {}
+
+
+def shared_page(results_dir: Path, page: str) -> AppTest:
+    """:func:`run_page` without a query, run once per module and read by every test that
+    asks; the checks that run_page makes (no exception) hold for each caller alike."""
+    key = (str(results_dir), page)
+    if key not in _SHARED:
+        _SHARED[key] = run_page(results_dir, page)
+    return _SHARED[key]
+
+
 def texts(elements) -> str:
     return "\n".join(str(e.value) for e in elements)
 
@@ -136,7 +151,7 @@ def test_a_window_loads_exactly_the_chosen_commits(sample_dir: Path, sample) -> 
 
 @pytest.mark.parametrize("page", PAGES)
 def test_every_page_runs_on_real_asv_results(sample_dir: Path, page: str) -> None:
-    at = run_page(sample_dir, page)
+    at = shared_page(sample_dir, page)
     assert at.title, f"{page} shows no title"
     assert not at.info, f"{page} fell back to a message: {texts(at.info)}"
 
@@ -149,11 +164,11 @@ def _result_files(root: Path) -> list[Path]:
 def test_every_page_runs_on_the_project_gpu_results(page: str) -> None:
     if not _result_files(PROJECT_RESULTS):
         pytest.skip("results/ holds no asv results yet (they come from the GPU machines)")
-    run_page(PROJECT_RESULTS, page)
+    shared_page(PROJECT_RESULTS, page)
 
 
 def test_overview_flags_the_planted_regression(sample_dir: Path, sample) -> None:
-    at = run_page(sample_dir, "overview")
+    at = shared_page(sample_dir, "overview")
     # One header per machine, each newest commit judged against its parent.
     headers = texts(at.header)
     for machine in MACHINES:
@@ -284,7 +299,7 @@ def test_resources_against_the_architecture_limits(sample_dir: Path, sample) -> 
     for r in shared.itertuples():
         assert r.limit == ARCHS[r.arch].smem_optin_bytes
         assert r.over == (r.value > r.limit)
-    at = run_page(sample_dir, "resources")
+    at = shared_page(sample_dir, "resources")
     assert "fits" in texts(at.success)
 
 
@@ -416,7 +431,7 @@ needs_project_results = pytest.mark.skipif(
 def test_no_none_or_nan_where_a_person_reads(sample_dir: Path, results: str, page: str) -> None:
     if results == "project" and not _has_project_results():
         pytest.skip("results/ holds no GPU asv results yet")
-    at = run_page(sample_dir if results == "sample" else PROJECT_RESULTS, page)
+    at = shared_page(sample_dir if results == "sample" else PROJECT_RESULTS, page)
     for table in at.dataframe:
         # the browser draws an empty cell as None unless the table names a placeholder
         assert table.proto.placeholder == NOT_MEASURED or not table.value.isna().any().any()
@@ -457,7 +472,7 @@ def test_speed_trend_is_an_index_marked_with_the_gates_verdicts(sample) -> None:
 
 
 def test_overview_leads_with_a_verdict_and_a_trend_per_gpu(sample_dir: Path, sample) -> None:
-    at = run_page(sample_dir, "overview")
+    at = shared_page(sample_dir, "overview")
     verdicts = [e.value for e in at.error] + [e.value for e in at.success]
     assert len(verdicts) == len(MACHINES)
     for machine, verdict in zip(MACHINES, verdicts, strict=True):
@@ -476,7 +491,7 @@ def test_overview_leads_with_a_verdict_and_a_trend_per_gpu(sample_dir: Path, sam
 def test_overview_of_the_gpu_history_names_both_gpus_with_the_gates_verdict() -> None:
     loaded = load_results(PROJECT_RESULTS)
     gpus = sorted(loaded.machines)
-    at = run_page(PROJECT_RESULTS, "overview")
+    at = shared_page(PROJECT_RESULTS, "overview")
     headers = texts(at.header)
     for gpu in gpus:
         assert gpu in headers
@@ -569,7 +584,7 @@ def test_peers_show_every_gpu_forward_backward_and_masked_workloads() -> None:
             labels = {w.label for w in workloads.MASK_WORKLOADS.values()}
             assert set(masked["mask"]) <= labels
             assert any(c.endswith(" bwd") for c in ratio_columns(masked))
-    at = run_page(PROJECT_RESULTS, "peers")
+    at = shared_page(PROJECT_RESULTS, "peers")
     headers = texts(at.header)
     for machine in loaded.machines:
         assert machine in headers
