@@ -93,6 +93,16 @@ def _parse_param(text: Any) -> Any:
         return text
 
 
+def _shared_or_fresh(value: Any, text: str) -> Any:
+    """``value`` (parsed from ``text``) where records may share it: a hashable literal; a
+    mutable one (a list, a dict, a tuple holding one) parsed again for each record."""
+    try:
+        hash(value)
+    except TypeError:
+        return _parse_param(text)
+    return value
+
+
 def _finite_or_none(x: Any) -> float | None:
     """asv writes ±Infinity for a CI it could not estimate (e.g. ``--quick``)."""
     if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x):
@@ -219,9 +229,12 @@ def _expand_row(
     better = metric.better if metric else _default_better(benchmark)
     suite = benchmark.rsplit(".", 1)[0]
 
+    # Each parameter's values parsed once per row, not once per combination (a grid row
+    # repeats each value across all combinations: ~4M literal_evals for one A/A report).
+    parsed = {v: _parse_param(v) for values in raw_params for v in values}
     records = []
     for i, combo in enumerate(combos):
-        params = {name: _parse_param(v) for name, v in zip(names, combo, strict=True)}
+        params = {n: _shared_or_fresh(parsed[v], v) for n, v in zip(names, combo, strict=True)}
         raw = results[i]
         if raw is None:
             value, status = math.nan, "failed"
