@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from regress import report
 
 REPO = Path(__file__).resolve().parent.parent
@@ -17,8 +19,13 @@ def test_readme_results_block_matches_results_dir():
     )
 
 
-def test_numerics_table_lists_safeattn_first():
-    loaded = report.load_results(REPO / "results")
+@pytest.fixture(scope="module")
+def loaded():
+    """results/ loaded once for the tests that only read it (~2-4 s a load on CI)."""
+    return report.load_results(REPO / "results")
+
+
+def test_numerics_table_lists_safeattn_first(loaded):
     for machine in loaded.machines:
         table = report.numerics_table(loaded, machine)
         if table:
@@ -26,9 +33,8 @@ def test_numerics_table_lists_safeattn_first():
             assert header.split("|")[2].strip() == "safeattn"
 
 
-def test_speed_table_lists_the_peers_measured_beside_safeattn():
+def test_speed_table_lists_the_peers_measured_beside_safeattn(loaded):
     """The speed table's ratios come from the same commit's safeattn and peer rows."""
-    loaded = report.load_results(REPO / "results")
     for machine in loaded.machines:
         table = report.speed_table(loaded, machine)
         if not table:
