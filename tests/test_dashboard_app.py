@@ -78,6 +78,12 @@ def sample(sample_dir: Path):
     return load_results(sample_dir)
 
 
+@pytest.fixture(scope="module")
+def project():
+    """results/ loaded once for the tests that read it (not once per test)."""
+    return load_results(PROJECT_RESULTS)
+
+
 def shas(loaded, machine: str) -> tuple[str, str]:
     """(healthy first commit, planted-regression second commit) on ``machine``."""
     newest_first = commits_newest_first(loaded, machine)
@@ -319,12 +325,12 @@ def test_numerics_page_shows_the_nonfinite_rates(sample_dir: Path, sample) -> No
 
 
 def test_corrupt_and_partial_files_are_reported_and_the_rest_loads(
-    sample_dir: Path, tmp_path: Path
+    sample_dir: Path, sample, tmp_path: Path
 ) -> None:
     broken = tmp_path / "results"
     shutil.copytree(sample_dir, broken)
     alpha = [p for p in _result_files(broken) if p.parent.name == MACHINES[0]]
-    base, head = shas(load_results(sample_dir), MACHINES[0])
+    base, head = shas(sample, MACHINES[0])
     older = next(p for p in alpha if p.name.startswith(base[:8]))
     newer = next(p for p in alpha if p.name.startswith(head[:8]))
     # a partial write of the older commit, and a row whose arrays don't match its
@@ -488,8 +494,8 @@ def test_overview_leads_with_a_verdict_and_a_trend_per_gpu(sample_dir: Path, sam
 
 
 @needs_project_results
-def test_overview_of_the_gpu_history_names_both_gpus_with_the_gates_verdict() -> None:
-    loaded = load_results(PROJECT_RESULTS)
+def test_overview_of_the_gpu_history_names_both_gpus_with_the_gates_verdict(project) -> None:
+    loaded = project
     gpus = sorted(loaded.machines)
     at = shared_page(PROJECT_RESULTS, "overview")
     headers = texts(at.header)
@@ -568,8 +574,8 @@ def test_peer_table_has_forward_and_backward_ratios(sample) -> None:
 
 
 @needs_project_results
-def test_peers_show_every_gpu_forward_backward_and_masked_workloads() -> None:
-    loaded = load_results(PROJECT_RESULTS)
+def test_peers_show_every_gpu_forward_backward_and_masked_workloads(project) -> None:
+    loaded = project
     for machine in loaded.machines:
         _, table = peer_table(loaded, machine, SPEED_SUITE)
         peers = {c.rsplit(" ", 1)[0] for c in ratio_columns(table)}
