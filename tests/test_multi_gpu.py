@@ -207,8 +207,6 @@ def test_run_py_measures_a_range_on_two_gpus_and_resumes(tmp_path, monkeypatch):
     the machine after the CPU: one folder written by two asv runs at once)."""
     import subprocess
 
-    from tools.runner import REPO
-
     if int(subprocess.run(["git", "rev-list", "--count", "HEAD"], cwd=REPO,
                           capture_output=True, text=True).stdout or 0) < 3:  # fmt: skip
         pytest.skip("needs a checkout with history")
@@ -258,8 +256,6 @@ def test_run_py_stops_with_a_hint_in_a_clone_without_the_measured_branch(tmp_pat
     of GPU time, so run.py stops first, naming the branch and the fix."""
     import shutil
     import subprocess
-
-    from tools.runner import REPO
 
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)

@@ -41,14 +41,23 @@ SHAPES = [  # (dtype, head_dim, seq_len, causal)
 ]
 
 
+def gpu_and_bench_ms(call, leaves, samples: int = 25) -> tuple[float, float]:
+    """(GPU time, do_bench) medians of ``call`` in ms: the suites' ``cuda_event_samples``
+    (``samples`` of them, ``leaves``' gradients reset) and ``triton.testing.do_bench``."""
+    import triton
+
+    from benchmarks._gpu_measure import cuda_event_samples
+
+    gpu = statistics.median(cuda_event_samples(call, samples, grad_to_none=leaves))
+    return gpu, triton.testing.do_bench(call, warmup=25, rep=200, return_mode="median")
+
+
 def measure_shape(label: str, dtype_name: str, d: int, n: int, causal: bool) -> dict:
     """One shape's row: safeattn and cuDNN, forward and backward medians (ms)."""
     import torch
-    import triton
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     import safeattn
-    from benchmarks._gpu_measure import cuda_event_samples
     from safeattn.kernels import launch
 
     sdpa = torch.nn.functional.scaled_dot_product_attention
@@ -78,10 +87,8 @@ def measure_shape(label: str, dtype_name: str, d: int, n: int, causal: bool) -> 
             kept.backward(do, retain_graph=True)
 
         for pas, call in (("fwd", fn), ("bwd", bwd)):
-            row[f"{name}_{pas}_ms"] = statistics.median(
-                cuda_event_samples(call, 25, grad_to_none=(q, k, v)))
-            row[f"{name}_{pas}_bench_ms"] = triton.testing.do_bench(
-                call, warmup=25, rep=200, return_mode="median")
+            row[f"{name}_{pas}_ms"], row[f"{name}_{pas}_bench_ms"] = gpu_and_bench_ms(
+                call, (q, k, v))
         if name == "safeattn":
             row["kernels"] = [f"{kname} {r.config} regs={r.registers} spills={r.spills}B"
                               for kname, r in launch.launched_kernels().items()]  # fmt: skip

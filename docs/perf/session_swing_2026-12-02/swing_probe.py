@@ -33,6 +33,9 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # docs/perf: tree_ab
+
+from tree_ab import gpu_and_bench_ms
 
 SHAPES = {  # name: (dtype, D, N, causal, B, H)
     "d256_causal": ("bfloat16", 256, 4096, True, 4, 8),
@@ -104,10 +107,8 @@ def _timeline(fn) -> list[dict]:
 def _cudnn(q, k, v, do, causal: bool) -> dict:
     """SDPA's cuDNN backend on the same inputs, timed the same ways (kernels: none)."""
     import torch
-    import triton
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from benchmarks._gpu_measure import cuda_event_samples
 
     def fwd():
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
@@ -121,8 +122,7 @@ def _cudnn(q, k, v, do, causal: bool) -> dict:
 
     row = {}
     for pas, fn in (("fwd", fwd), ("bwd", bwd)):
-        row[f"{pas}_bench"] = triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
-        row[f"{pas}_events"] = statistics.median(cuda_event_samples(fn, 15, grad_to_none=(q, k, v)))
+        row[f"{pas}_events"], row[f"{pas}_bench"] = gpu_and_bench_ms(fn, (q, k, v), 15)
         row[f"{pas}_kernels"] = {}
     return row
 
@@ -143,10 +143,8 @@ def _set_order(order: str) -> None:
 
 def _measure_shape(trial: int, pad_mb: int, name: str, timeline: bool) -> None:
     """Print one row per launch order, then cuDNN's, for one shape's fresh inputs."""
-    import triton
 
     import safeattn
-    from benchmarks._gpu_measure import cuda_event_samples
 
     shape = SHAPES[name]
     q, k, v, do = _inputs(shape)
@@ -167,10 +165,7 @@ def _measure_shape(trial: int, pad_mb: int, name: str, timeline: bool) -> None:
         row = dict(trial=trial, pad_mb=pad_mb, shape=name, order=order, q_ptr=q.data_ptr(),
                    k_ptr=k.data_ptr(), v_ptr=v.data_ptr(), wall=time.time())  # fmt: skip
         for pas, fn in (("fwd", fwd), ("bwd", bwd)):
-            row[f"{pas}_bench"] = triton.testing.do_bench(fn, warmup=25, rep=200,
-                                                          return_mode="median")  # fmt: skip
-            row[f"{pas}_events"] = statistics.median(
-                cuda_event_samples(fn, 15, grad_to_none=(q, k, v)))
+            row[f"{pas}_events"], row[f"{pas}_bench"] = gpu_and_bench_ms(fn, (q, k, v), 15)
             row[f"{pas}_kernels"] = _kernel_times(fn)
             if timeline and trial == 0 and order == "shipped" and pas == "bwd":
                 row["bwd_timeline"] = _timeline(fn)
