@@ -21,6 +21,14 @@ These calls' lengths are multiples of every tile: they run the backward kernels'
 builds (``launch.Meta.no_tail``; before it, the dense dK/dV kernel's ALL_FULL build).
 ``--causal`` times the causal calls instead; ``--label`` names the source tree in each row
 (the probe runs the ``safeattn`` beside it, so an older checkout's copy times that one).
+
+At D = 256 the Hopper path runs dK/dV as two launches of the same kernel (dV, then dK:
+``hopper.split_dkdv``); ``--kernel bwd_dv`` or ``bwd_dk`` sweeps one of them, and each row then
+holds both launches' times in order (``dkdv_parts_us``: dV, dK). ``--shapes 4096:1`` keeps
+only those (N, group) shapes:
+
+    python docs/perf/dkdv_tiles_probe.py --head-dim 256 --causal --kernel bwd_dk \
+        --shapes 4096:1 --configs M32-N128-w8-s2,M64-N128-w8-s2 >> d256_dk.jsonl
 """
 
 from __future__ import annotations
@@ -54,8 +62,19 @@ def _grad_of(out, leaves, g):
     return lambda: torch.autograd.grad(out, leaves, g, retain_graph=True)
 
 
+def _part_times(prof, runs: int) -> list[float]:
+    """Median time (us) of each ``_bwd_dkdv`` launch of a backward, in launch order, over
+    ``runs`` backwards: [dV, dK] where the kernel runs as two launches, else [dK/dV]."""
+    times = [e.device_time_total for e in prof.events()
+             if e.name.startswith("_bwd_dkdv") and e.device_time_total > 0]  # fmt: skip
+    per = len(times) // runs
+    if per == 0 or len(times) % runs:
+        return []
+    return [round(statistics.median(times[i::per]), 1) for i in range(per)]
+
+
 def main(kernel: str, names: list[str], whole: bool, causal: bool, label: str,
-         head_dim: int = 128) -> None:
+         head_dim: int = 128, shapes: list[tuple[int, int]] | None = None) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -72,7 +91,7 @@ def main(kernel: str, names: list[str], whole: bool, causal: bool, label: str,
         return shipped(name, bd, dtype, smem_limit, masked, tma, dropout)
 
     configs.candidates = candidates
-    for n, gqa in SHAPES:
+    for n, gqa in shapes or SHAPES:
         q, k, v, g = attention_inputs("safeattn", "bfloat16", n, head_dim, gqa)
         for cfg in names:
             pick["cfg"] = cfg
@@ -92,6 +111,7 @@ def main(kernel: str, names: list[str], whole: bool, causal: bool, label: str,
                     for name in ("_bwd_dkdv", "_bwd_dq", "_bwd_preprocess"):
                         if e.key.startswith(name) and e.device_time_total > 0:
                             row[name.strip("_") + "_us"] = round(e.device_time_total / 10, 1)
+                row["dkdv_parts_us"] = _part_times(prof, 10)
                 res = launch.launched_kernels()[kernel]
                 row.update(ran=res.config, registers=res.registers, spills=res.spills,
                            shared=res.shared_bytes)  # fmt: skip
@@ -104,12 +124,16 @@ def main(kernel: str, names: list[str], whole: bool, causal: bool, label: str,
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--kernel", choices=["bwd_dkdv", "bwd_dq"], default="bwd_dkdv")
+    kernels = ["bwd_dkdv", "bwd_dq", "bwd_dv", "bwd_dk"]
+    ap.add_argument("--kernel", choices=kernels, default="bwd_dkdv")
     ap.add_argument("--configs", help="comma-separated, e.g. M64-N64-w4-s2 (default: CONFIGS)")
     ap.add_argument("--whole", action="store_true", help="also the whole backward, both ways")
     ap.add_argument("--causal", action="store_true", help="causal calls (default: dense)")
     ap.add_argument("--label", default="", help="a name for the source tree, in each row")
     ap.add_argument("--head-dim", type=int, default=128, help="D (B and H: the SpeedSuite's)")
+    ap.add_argument("--shapes", help="comma-separated N:group, e.g. 4096:1 (default: SHAPES)")
     args = ap.parse_args()
     names = args.configs.split(",") if args.configs else CONFIGS
-    main(args.kernel, names, args.whole, args.causal, args.label, args.head_dim)
+    shapes = ([tuple(int(x) for x in s.split(":")) for s in args.shapes.split(",")]
+              if args.shapes else None)  # fmt: skip
+    main(args.kernel, names, args.whole, args.causal, args.label, args.head_dim, shapes)
