@@ -11,6 +11,10 @@
    (``triton.testing.do_bench``: the host's issue time is in it whenever the host falls
    behind), against the GPU time alone. For safeattn and its peers. A diagnostic: the suites
    time GPU time only.
+3. ``--graph``: the remedy README's CUDA-graph notes give an eager caller whose host falls
+   behind: the same forward + backward captured once with ``torch.cuda.graph`` (PyTorch's
+   whole-network recipe, as tests/test_cuda_graphs.py captures it) and replayed back to back,
+   beside the eager figure, at the short lengths where the host is the bound.
 
     PYTHONPATH=. python docs/perf/session_d256_2026-12-02/redo_probe.py --redo >> redo.jsonl
     PYTHONPATH=. python docs/perf/session_d256_2026-12-02/redo_probe.py --eager >> eager.jsonl
@@ -33,6 +37,7 @@ REDO_SHAPES = [  # (head_dim, seq_len, gqa), bf16, causal; B and H as the suites
 ]  # fmt: skip
 EAGER_SHAPES = [(128, 1024, 1), (128, 4096, 1), (128, 4096, 4)]
 EAGER_IMPLS = ["safeattn", "sdpa_cudnn", "sdpa_flash", "flex"]
+GRAPH_SHAPES = [(128, 512, 1), (128, 1024, 1)]
 
 
 def _passes(impl: str, d: int, n: int, gqa: int):
@@ -118,6 +123,47 @@ def eager() -> None:
             print(json.dumps(row), flush=True)
 
 
+def _graphed(fwd_bwd, leaves):
+    """``fwd_bwd`` captured once in a CUDA graph after a warm-up on a side stream (compiling
+    and tuning cannot happen inside a capture); returns the graph's ``replay``."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fwd_bwd()
+    torch.cuda.current_stream().wait_stream(side)
+    for t in leaves:
+        t.grad = None  # the captured backward allocates them from the graph's pool
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fwd_bwd()
+    return graph.replay
+
+
+def graph() -> None:
+    import triton
+
+    from benchmarks._attention import impl_context
+
+    for d, n, gqa in GRAPH_SHAPES:
+        for impl in ("safeattn", "sdpa_cudnn", "flex"):
+            row = dict(probe="graph", impl=impl, d=d, n=n, gqa=gqa)
+            try:
+                with impl_context(impl):
+                    leaves, _, _, fwd_bwd = _passes(impl, d, n, gqa)
+                    row["gpu_ms"] = _gpu_ms(fwd_bwd, leaves)
+                    row["eager_ms"] = round(triton.testing.do_bench(
+                        fwd_bwd, warmup=25, rep=300, return_mode="median"), 4)  # fmt: skip
+                    replay = _graphed(fwd_bwd, leaves)
+                    row["graph_ms"] = round(triton.testing.do_bench(
+                        replay, warmup=25, rep=300, return_mode="median"), 4)  # fmt: skip
+            except Exception as exc:  # a peer that cannot be captured: say so, go on
+                row["error"] = str(exc).splitlines()[0][:200]
+            print(json.dumps(row), flush=True)
+
+
 def table(paths: list[str]) -> None:
     rows = [json.loads(line) for p in paths for line in Path(p).read_text().splitlines() if line]
     print("guarded second launches, bf16 causal; GPU ms (medians over rounds); x = cuDNN / ours")
@@ -133,12 +179,21 @@ def table(paths: list[str]) -> None:
         what = r.get("error") or (f"gpu {r['gpu_ms']:.3f}  eager {r['eager_ms']:.3f}  "
                                   f"eager/gpu {r['eager_ms'] / r['gpu_ms']:.2f}")  # fmt: skip
         print(f"D={r['d']} N={r['n']} GQA={r['gqa']} {r['impl']:<11} {what}")
+    print(
+        "\nforward + backward: GPU time, eager back to back, CUDA-graph replays back to back, "
+        "bf16 causal, ms"
+    )
+    for r in (r for r in rows if r["probe"] == "graph"):
+        what = r.get("error") or (f"gpu {r['gpu_ms']:.3f}  eager {r['eager_ms']:.3f}  "
+                                  f"graph {r['graph_ms']:.3f}")  # fmt: skip
+        print(f"D={r['d']} N={r['n']} GQA={r['gqa']} {r['impl']:<11} {what}")
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--redo", action="store_true")
     ap.add_argument("--eager", action="store_true")
+    ap.add_argument("--graph", action="store_true")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--table", nargs="+")
     args = ap.parse_args()
@@ -148,3 +203,5 @@ if __name__ == "__main__":
         redo(args.rounds)
     if args.eager:
         eager()
+    if args.graph:
+        graph()
