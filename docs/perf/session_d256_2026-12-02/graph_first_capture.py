@@ -1,6 +1,6 @@
 """Which CUDA-graph capture fails? Each argument, in order and in one process (impl:N), is
 captured as ``redo_probe.py --graph`` captures it (bf16, causal, D = 128). Run at the end of
-call 4 (2026-12-02): the first capture of each process failed with
+call 9 (2026-12-02): the first capture of each process failed with
 cudaErrorStreamCaptureImplicit, whichever implementation it captured, sdpa_cudnn included.
 Every later capture succeeded.
 
