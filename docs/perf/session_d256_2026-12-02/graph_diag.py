@@ -8,7 +8,6 @@ compiled it then), with and without dQ on its side stream. A diagnostic.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import traceback
@@ -18,14 +17,11 @@ sys.path.append(str(Path(__file__).resolve().parents[3]))
 if "--serial" in sys.argv:
     os.environ["SAFEATTN_BWD_OVERLAP"] = "0"
 
+import redo_probe as rp  # beside this script: its folder is sys.path[0]
 import torch
 from triton.runtime.jit import JITFunction
 
 from safeattn.kernels import launch
-
-spec = importlib.util.spec_from_file_location("rp", Path(__file__).with_name("redo_probe.py"))
-rp = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(rp)
 
 log: list[str] = []
 compile_of = JITFunction._do_compile

@@ -10,7 +10,6 @@ Every later capture succeeded.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -18,11 +17,9 @@ import torch
 
 sys.path.append(str(Path(__file__).resolve().parents[3]))
 
-from benchmarks._attention import impl_context
+import redo_probe as rp  # beside this script: its folder is sys.path[0]
 
-_spec = importlib.util.spec_from_file_location("rp", Path(__file__).with_name("redo_probe.py"))
-rp = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(rp)
+from benchmarks._attention import impl_context
 
 
 def capture(impl: str, n: int) -> str:
