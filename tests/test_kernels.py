@@ -388,9 +388,24 @@ def test_empty_rows_are_exact_zeros(dtype, device, on_gpu):
     check_empty_rows(dtype, device, on_gpu)
 
 
-def check_empty_rows(dtype, device, on_gpu, **extra):
-    """Contract item 1 on the cases of empty_row_cases, with ``extra`` arguments (softcap)."""
-    b, h, n, d, cases = empty_row_cases(device, on_gpu)
+def test_empty_rows_with_several_blocks_per_redo_program(device, on_gpu, monkeypatch):
+    """The empty-row contract with every guarded second launch's programs walking several
+    blocks each (forward.redo_grid; REDO_PROGRAMS = 1 gives the longest spans): the dK/dV
+    redo, which empty rows flag, maps each flagged launch position back to its work. 40 of 80
+    keys padded, causal: the empty rows' poison reaches the first two key blocks, so a redo
+    program's second flag is not its first."""
+    if on_gpu:
+        pytest.skip("a compiled kernel refuses a global changed since it compiled")
+    monkeypatch.setattr(forward, "REDO_PROGRAMS", tl.constexpr(1))
+    key_mask = (torch.arange(80) >= 40)[None, :].to(device)
+    cases = (1, 2, 80, 16, [("leftpad_causal", dict(causal=True, key_mask=key_mask))])
+    check_empty_rows(torch.float16, device, on_gpu, cases=cases)
+
+
+def check_empty_rows(dtype, device, on_gpu, cases=None, **extra):
+    """Contract item 1 on the cases of empty_row_cases (or ``cases``, as it returns them), with
+    ``extra`` arguments (softcap)."""
+    b, h, n, d, cases = cases or empty_row_cases(device, on_gpu)
     for name, kw in cases:
         kw = {**kw, **extra}
         nk = n // 2 if name == "bottom_right_nq_gt_nk" else n
@@ -474,12 +489,20 @@ def test_per_pair_exclusion_under_causal(device, on_gpu):
         assert torch.isnan(out[:, :, j:]).all(), "rows attending the NaN key stayed finite"
 
 
-def test_the_guarded_second_launches_keep_excluded_values_out(device, on_gpu, monkeypatch):
+@pytest.mark.parametrize("span", ["default", "several"])
+def test_the_guarded_second_launches_keep_excluded_values_out(span, device, on_gpu, monkeypatch):
     """The forward, dK/dV and dQ kernels flag the programs whose results came out non-finite
     and a second launch (GUARD=True) redoes only those: with finite inputs nothing is flagged;
     with NaN in keys every row excludes, the flagged programs' redo is what keeps the
-    outputs finite (without the second launches they are NaN)."""
+    outputs finite (without the second launches they are NaN). ``several``: the forward's
+    redo programs walk several query blocks each (forward.redo_grid): on a GPU a grid of more
+    than REDO_PROGRAMS programs, under the interpreter REDO_PROGRAMS = 1 (patched; a compiled
+    kernel would refuse a global changed since it compiled)."""
     b, h, n, d = pick(on_gpu, (1, 2, 40, 16), (2, 4, 1000, 64))
+    if span == "several" and on_gpu:
+        b, h, n = 4, 16, 1024  # 8-16 query blocks x 64 pairs: spans of 2-4 blocks
+    elif span == "several":
+        monkeypatch.setattr(forward, "REDO_PROGRAMS", tl.constexpr(1))
     q, k, v = rand_qkv(b, h, h, n, n, d, torch.float16, device, seed=15)
     key_mask = torch.ones(b, n, dtype=torch.bool, device=device)
     key_mask[:, -3:] = False

@@ -35,10 +35,13 @@ from . import hopper
 from .forward import (
     _allowed_pairs,
     _bias_tile,
+    _ids_at,
     _kept,
     _key_ranges,
     _list_start,
     _program_ids,
+    _redo_flag,
+    _redo_span,
     _rng_width,
     _scores,
     _softcap,
@@ -634,20 +637,88 @@ def _bwd_dkdv(
     each with its own guarded redo: dV alone (S, P^T dO) and dK alone (S, dP, dS^T Q). Five
     matmuls instead of four, but one fp32 accumulator per program instead of two: the joint
     build holds dK, dV, K and V in registers and spills at any tile with 128 keys."""
-    # Launch order: the first key block (the heaviest under causal) first. The Hopper path at
-    # D=128 takes the (b, h_kv) pairs in chunks (forward._program_ids, its note): causal GQA
-    # backward 2.07 ms with them, 2.19 ms without (H200, SpeedSuite at 59a5007 and e0aa634).
-    # Elsewhere one pair after another: with the chunks the live dK/dV at D=64 (M32-N128-w4-s3)
-    # spilled 8 B (sm90, triton 3.6 with CUDA 13.0's and 12.8's ptxas: a 40-byte stack frame
-    # against 32; LiveResourcesSuite at 59a5007), and the portable kernels spill (its note).
-    if USE_TMA and BLOCK_D == 128:
-        pid_n, pid_bh = _program_ids(sched_chunk, False)
+    MAY_EMPTY: tl.constexpr = HAS_WINDOW_LEFT or HAS_WINDOW_RIGHT or HAS_KEY_MASK or MASK_KIND != 0
+    if GUARD:
+        # On forward.redo_grid, as the forward's guarded launch (forward._attn_fwd's note); the
+        # flags sit at the first launch's _launch_id, so a span is a run of launch positions
+        # in one grid row, and each flagged one maps to its work as the first launch did.
+        n_n = tl.cdiv(seq_k, BLOCK_N)
+        first, span, flags = _redo_span(Leaked + tl.program_id(1) * n_n, n_n)
+        if tl.max(flags, 0) != 0:
+            for i in tl.range(0, span, num_stages=1):  # the body pipelines its own loops
+                if _redo_flag(flags, i) != 0:
+                    lin = tl.program_id(1) * n_n + first + i
+                    if USE_TMA and BLOCK_D == 128:
+                        pid_n, pid_bh = _ids_at(lin, n_n, tl.num_programs(1), sched_chunk, False)
+                    else:
+                        pid_n = lin % n_n
+                        pid_bh = lin // n_n
+                    _dkdv_program(
+                        pid_n, pid_bh, MAY_EMPTY, Q, K, V, dOut, Lse2, Delta, dK, dV, Leaked, Seed,
+                        KeyMask, AttnMask, CuSeqQ, CuSeqK, FullNum, FullIdx, PartNum, PartIdx,
+                        DescQ, DescK, DescV, DescdO, DescdK, DescdV, DescQh, DescdOh, qk_scale,
+                        sm_scale, softcap, dropout_p, stride_qb, stride_qh, stride_qm, stride_qd,
+                        stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh,
+                        stride_vn, stride_vd, stride_dob, stride_doh, stride_dom, stride_dod,
+                        stride_dkb, stride_dkh, stride_dkn, stride_dkd, stride_dvb, stride_dvh,
+                        stride_dvn, stride_dvd, stride_lb, stride_lh, stride_lm, stride_kmb,
+                        stride_kmn, stride_amb, stride_amh, stride_amm, stride_amn, stride_snb,
+                        stride_snh, stride_sib, stride_sih, stride_sir, heads_kv, group, seq_q,
+                        seq_k, window_left, window_right, head_dim, IS_VARLEN, BOTTOM_RIGHT,
+                        HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP,
+                        SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D,
+                        DOT_PRECISION, UPCAST_DOT, GQA, GUARD, USE_TMA, HAS_DROPOUT, FOLD_DELTA,
+                        NO_TAIL, PART, GROUP,
+                    )  # fmt: skip
     else:
-        pid_n = tl.program_id(0)
-        pid_bh = tl.program_id(1)
-    if GUARD:  # noqa: SIM102 (a constexpr and a tensor test do not combine with `and`)
-        if tl.load(Leaked + _launch_id()) == 0:
-            return
+        # Launch order: the first key block (the heaviest under causal) first. The Hopper path at
+        # D=128 takes the (b, h_kv) pairs in chunks (forward._program_ids, its note): causal GQA
+        # backward 2.07 ms with them, 2.19 ms without (H200, SpeedSuite at 59a5007 and e0aa634).
+        # Elsewhere one pair after another: with the chunks the live dK/dV at D=64 (M32-N128-w4-s3)
+        # spilled 8 B (sm90, triton 3.6 with CUDA 13.0's and 12.8's ptxas: a 40-byte stack frame
+        # against 32; LiveResourcesSuite at 59a5007), and the portable kernels spill (its note).
+        if USE_TMA and BLOCK_D == 128:
+            pid_n, pid_bh = _program_ids(sched_chunk, False)
+        else:
+            pid_n = tl.program_id(0)
+            pid_bh = tl.program_id(1)
+        _dkdv_program(
+            pid_n, pid_bh, MAY_EMPTY, Q, K, V, dOut, Lse2, Delta, dK, dV, Leaked, Seed, KeyMask,
+            AttnMask, CuSeqQ, CuSeqK, FullNum, FullIdx, PartNum, PartIdx, DescQ, DescK, DescV,
+            DescdO, DescdK, DescdV, DescQh, DescdOh, qk_scale, sm_scale, softcap, dropout_p,
+            stride_qb, stride_qh, stride_qm, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
+            stride_vb, stride_vh, stride_vn, stride_vd, stride_dob, stride_doh, stride_dom,
+            stride_dod, stride_dkb, stride_dkh, stride_dkn, stride_dkd, stride_dvb, stride_dvh,
+            stride_dvn, stride_dvd, stride_lb, stride_lh, stride_lm, stride_kmb, stride_kmn,
+            stride_amb, stride_amh, stride_amm, stride_amn, stride_snb, stride_snh, stride_sib,
+            stride_sih, stride_sir, heads_kv, group, seq_q, seq_k, window_left, window_right,
+            head_dim, IS_VARLEN, BOTTOM_RIGHT, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK,
+            MASK_KIND, HAS_SOFTCAP, SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D,
+            DOT_PRECISION, UPCAST_DOT, GQA, GUARD, USE_TMA, HAS_DROPOUT, FOLD_DELTA, NO_TAIL, PART,
+            GROUP,
+        )  # fmt: skip
+
+
+@triton.jit
+def _dkdv_program(
+    pid_n, pid_bh, MAY_EMPTY: tl.constexpr, Q, K, V, dOut, Lse2, Delta, dK, dV, Leaked, Seed,
+    KeyMask, AttnMask, CuSeqQ, CuSeqK, FullNum, FullIdx, PartNum, PartIdx, DescQ, DescK, DescV,
+    DescdO, DescdK, DescdV, DescQh, DescdOh, qk_scale, sm_scale, softcap, dropout_p, stride_qb,
+    stride_qh, stride_qm, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd, stride_vb,
+    stride_vh, stride_vn, stride_vd, stride_dob, stride_doh, stride_dom, stride_dod, stride_dkb,
+    stride_dkh, stride_dkn, stride_dkd, stride_dvb, stride_dvh, stride_dvn, stride_dvd, stride_lb,
+    stride_lh, stride_lm, stride_kmb, stride_kmn, stride_amb, stride_amh, stride_amm, stride_amn,
+    stride_snb, stride_snh, stride_sib, stride_sih, stride_sir, heads_kv, group, seq_q, seq_k,
+    window_left, window_right, head_dim, IS_VARLEN: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
+    HAS_WINDOW_LEFT: tl.constexpr, HAS_WINDOW_RIGHT: tl.constexpr, HAS_KEY_MASK: tl.constexpr,
+    MASK_KIND: tl.constexpr, HAS_SOFTCAP: tl.constexpr, SPARSE: tl.constexpr, SPARSE_Q:
+    tl.constexpr, SPARSE_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D:
+    tl.constexpr, EVEN_D: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, GQA:
+    tl.constexpr, GUARD: tl.constexpr, USE_TMA: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+    FOLD_DELTA: tl.constexpr, NO_TAIL: tl.constexpr, PART: tl.constexpr, GROUP: tl.constexpr,
+):  # fmt: skip
+    """One program of ``_bwd_dkdv``: key block ``pid_n`` of the (b, h_kv) pair ``pid_bh``; the
+    other arguments are the kernel's."""
     b = pid_bh // heads_kv
     h_kv = pid_bh % heads_kv
     if IS_VARLEN:
@@ -661,116 +732,116 @@ def _bwd_dkdv(
         k_start = 0
         n_k = seq_k
     n_start = pid_n * BLOCK_N
-    MAY_EMPTY: tl.constexpr = HAS_WINDOW_LEFT or HAS_WINDOW_RIGHT or HAS_KEY_MASK or MASK_KIND != 0
     if n_start >= n_k:
         if MAY_EMPTY and not GUARD:
             tl.store(Leaked + _launch_id(), 0)
-        return
-    diag = 0
-    if BOTTOM_RIGHT:
-        diag = n_k - n_q
-    b64 = b.to(tl.int64)
-    hkv64 = h_kv.to(tl.int64)
-    offs_n = n_start + tl.arange(0, BLOCK_N)
-    offs_m0 = tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    kv_mask = (offs_n < n_k)[:, None] & (offs_d < head_dim)[None, :]
-    k_base = K + b64 * stride_kb + hkv64 * stride_kh + k_start.to(tl.int64) * stride_kn
-    v_base = V + b64 * stride_vb + hkv64 * stride_vh + k_start.to(tl.int64) * stride_vn
-    if USE_TMA:  # never varlen (k_start = 0): rows past Nk read as 0, as the masked load
-        k = _tma_tile(DescK, b, h_kv, n_start)
-        v = _tma_tile(DescV, b, h_kv, n_start)
-    else:
-        k = tl.load(
-            k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
-            mask=kv_mask,
-            other=0.0,
-        )
-        v = tl.load(
-            v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
-            mask=kv_mask,
-            other=0.0,
-        )
-    km_base = KeyMask + b64 * stride_kmb
-    q_off = q_start.to(tl.int64)
-    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    tile_n = 0
-    if SPARSE:
-        tl.static_assert(SPARSE_Q % BLOCK_M == 0 and SPARSE_K % BLOCK_N == 0)
-        tile_n = n_start // SPARSE_K
-    # NOTE: heads in the outer loop, all of a head's query blocks inside it: the order in which
-    # dK and dV sum (fixed, for deterministic=True, and the one the fp32 accuracy tests were
-    # set on). Without GQA (a launch constant) there is no head loop at all.
-    rng_seed, rng_stride = 0, _rng_width(seq_k)
-    if HAS_DROPOUT:
-        rng_seed = tl.load(Seed)
-    # Dense GQA: the group's heads run inside each query-block loop (_dkdv_inner's HEADS), not
-    # around the loops: nested, the head loop held 40-55 more registers (sm90, triton 3.6) and
-    # the D=128 tiles spilled. Within a range the sum goes block by block, the group's heads
-    # (GROUP of them, a launch constant) in turn, so the order differs from the nested one.
-    # fp32 keeps the nested order its accuracy tests were set on: the H200 failed the fp32
-    # softcap case (at its bound, a masked tail) with the flat one.
-    FLAT: tl.constexpr = GQA and not SPARSE and DOT_PRECISION != "ieee"
-    for g in tl.range(0, group if GQA and not FLAT else 1):
-        h64 = (h_kv * group + g).to(tl.int64)
-        rng_base = (b64 * heads_kv * group + h64) * seq_q * rng_stride
-        dk, dv = _dkdv_head(
-            dk, dv, k, v,
-            Q + b64 * stride_qb + h64 * stride_qh + q_off * stride_qm,
-            dOut + b64 * stride_dob + h64 * stride_doh + q_off * stride_dom,
-            Lse2 + b64 * stride_lb + h64 * stride_lh + q_off * stride_lm,
-            Delta + b64 * stride_lb + h64 * stride_lh + q_off * stride_lm,
-            km_base, AttnMask + b64 * stride_amb + h64 * stride_amh,
-            DescQ, DescdO, b, h_kv * group + g, DescQh, DescdOh,
-            FullNum, FullIdx, PartNum, PartIdx,
-            # the transposed tile lists of query head h: the query tiles that see this key tile
-            b64 * stride_snb + h64 * stride_snh + tile_n,
-            b64 * stride_sib + h64 * stride_sih + tile_n * stride_sir,
-            n_start, offs_n, offs_m0, offs_d, n_q, n_k, diag, window_left, window_right,
-            qk_scale, softcap, head_dim, stride_qm, stride_qd, stride_dom, stride_dod, stride_lm,
-            stride_kmn, stride_amm, stride_amn, GUARD, SPARSE, SPARSE_Q, HAS_WINDOW_LEFT,
-            HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_M, BLOCK_N, EVEN_D,
-            USE_TMA, DOT_PRECISION, UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
-            GROUP, stride_qh, stride_doh, stride_lh, stride_amh, seq_q * rng_stride, FLAT,
-            NO_TAIL, PART,
-        )  # fmt: skip
+    else:  # (not an early return: the guarded launch calls this inside a loop)
+        diag = 0
+        if BOTTOM_RIGHT:
+            diag = n_k - n_q
+        b64 = b.to(tl.int64)
+        hkv64 = h_kv.to(tl.int64)
+        offs_n = n_start + tl.arange(0, BLOCK_N)
+        offs_m0 = tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, BLOCK_D)
+        kv_mask = (offs_n < n_k)[:, None] & (offs_d < head_dim)[None, :]
+        k_base = K + b64 * stride_kb + hkv64 * stride_kh + k_start.to(tl.int64) * stride_kn
+        v_base = V + b64 * stride_vb + hkv64 * stride_vh + k_start.to(tl.int64) * stride_vn
+        if USE_TMA:  # never varlen (k_start = 0): rows past Nk read as 0, as the masked load
+            k = _tma_tile(DescK, b, h_kv, n_start)
+            v = _tma_tile(DescV, b, h_kv, n_start)
+        else:
+            k = tl.load(
+                k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+                mask=kv_mask,
+                other=0.0,
+            )
+            v = tl.load(
+                v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+                mask=kv_mask,
+                other=0.0,
+            )
+        km_base = KeyMask + b64 * stride_kmb
+        q_off = q_start.to(tl.int64)
+        dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+        dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+        tile_n = 0
+        if SPARSE:
+            tl.static_assert(SPARSE_Q % BLOCK_M == 0 and SPARSE_K % BLOCK_N == 0)
+            tile_n = n_start // SPARSE_K
+        # NOTE: heads in the outer loop, all of a head's query blocks inside it: the order in which
+        # dK and dV sum (fixed, for deterministic=True, and the one the fp32 accuracy tests were
+        # set on). Without GQA (a launch constant) there is no head loop at all.
+        rng_seed, rng_stride = 0, _rng_width(seq_k)
+        if HAS_DROPOUT:
+            rng_seed = tl.load(Seed)
+        # Dense GQA: the group's heads run inside each query-block loop (_dkdv_inner's HEADS), not
+        # around the loops: nested, the head loop held 40-55 more registers (sm90, triton 3.6) and
+        # the D=128 tiles spilled. Within a range the sum goes block by block, the group's heads
+        # (GROUP of them, a launch constant) in turn, so the order differs from the nested one.
+        # fp32 keeps the nested order its accuracy tests were set on: the H200 failed the fp32
+        # softcap case (at its bound, a masked tail) with the flat one.
+        FLAT: tl.constexpr = GQA and not SPARSE and DOT_PRECISION != "ieee"
+        for g in tl.range(0, group if GQA and not FLAT else 1):
+            h64 = (h_kv * group + g).to(tl.int64)
+            rng_base = (b64 * heads_kv * group + h64) * seq_q * rng_stride
+            dk, dv = _dkdv_head(
+                dk, dv, k, v,
+                Q + b64 * stride_qb + h64 * stride_qh + q_off * stride_qm,
+                dOut + b64 * stride_dob + h64 * stride_doh + q_off * stride_dom,
+                Lse2 + b64 * stride_lb + h64 * stride_lh + q_off * stride_lm,
+                Delta + b64 * stride_lb + h64 * stride_lh + q_off * stride_lm,
+                km_base, AttnMask + b64 * stride_amb + h64 * stride_amh,
+                DescQ, DescdO, b, h_kv * group + g, DescQh, DescdOh,
+                FullNum, FullIdx, PartNum, PartIdx,
+                # the transposed tile lists of query head h: the query tiles that see this key tile
+                b64 * stride_snb + h64 * stride_snh + tile_n,
+                b64 * stride_sib + h64 * stride_sih + tile_n * stride_sir,
+                n_start, offs_n, offs_m0, offs_d, n_q, n_k, diag, window_left, window_right,
+                qk_scale, softcap, head_dim, stride_qm, stride_qd, stride_dom, stride_dod,
+                stride_lm, stride_kmn, stride_amm, stride_amn, GUARD, SPARSE, SPARSE_Q,
+                HAS_WINDOW_LEFT,
+                HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_M, BLOCK_N, EVEN_D,
+                USE_TMA, DOT_PRECISION, UPCAST_DOT,
+                rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
+                GROUP, stride_qh, stride_doh, stride_lh, stride_amh, seq_q * rng_stride, FLAT,
+                NO_TAIL, PART,
+            )  # fmt: skip
 
-    if HAS_DROPOUT:
-        dv = dv * (1.0 / (1.0 - dropout_p))  # the kept P's 1 / (1 - p), once
-    if MAY_EMPTY and not GUARD:
-        # NOTE: the leak probe — x * 0 is NaN exactly when x is NaN or ±inf, and a sum with a
-        # NaN term is NaN: one multiply-add per element into a scalar per thread, where a
-        # per-element non-finite test held a predicate tile of both accumulators at the
-        # epilogue, the block-mask builds' register peak (_dkdv_head's note).
-        probe = 0.0
-        if PART != 2:
-            probe = tl.sum(tl.sum(dv * 0.0, 1), 0)
-        if PART != 1:
-            probe = probe + tl.sum(tl.sum(dk * 0.0, 1), 0)
-        tl.store(Leaked + _launch_id(), (probe != 0.0).to(tl.int32))
-    dk = dk * sm_scale
-    if USE_TMA:
-        if PART != 1:
-            _tma_store(DescdK, b, h_kv, n_start, dk.to(dK.dtype.element_ty))
-        if PART != 2:
-            _tma_store(DescdV, b, h_kv, n_start, dv.to(dV.dtype.element_ty))
-    else:
-        dk_base = dK + b64 * stride_dkb + hkv64 * stride_dkh + k_start.to(tl.int64) * stride_dkn
-        dv_base = dV + b64 * stride_dvb + hkv64 * stride_dvh + k_start.to(tl.int64) * stride_dvn
-        if PART != 1:
-            tl.store(
-                dk_base + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
-                dk.to(dK.dtype.element_ty),
-                mask=kv_mask,
-            )
-        if PART != 2:
-            tl.store(
-                dv_base + offs_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
-                dv.to(dV.dtype.element_ty),
-                mask=kv_mask,
-            )
+        if HAS_DROPOUT:
+            dv = dv * (1.0 / (1.0 - dropout_p))  # the kept P's 1 / (1 - p), once
+        if MAY_EMPTY and not GUARD:
+            # NOTE: the leak probe — x * 0 is NaN exactly when x is NaN or ±inf, and a sum with a
+            # NaN term is NaN: one multiply-add per element into a scalar per thread, where a
+            # per-element non-finite test held a predicate tile of both accumulators at the
+            # epilogue, the block-mask builds' register peak (_dkdv_head's note).
+            probe = 0.0
+            if PART != 2:
+                probe = tl.sum(tl.sum(dv * 0.0, 1), 0)
+            if PART != 1:
+                probe = probe + tl.sum(tl.sum(dk * 0.0, 1), 0)
+            tl.store(Leaked + _launch_id(), (probe != 0.0).to(tl.int32))
+        dk = dk * sm_scale
+        if USE_TMA:
+            if PART != 1:
+                _tma_store(DescdK, b, h_kv, n_start, dk.to(dK.dtype.element_ty))
+            if PART != 2:
+                _tma_store(DescdV, b, h_kv, n_start, dv.to(dV.dtype.element_ty))
+        else:
+            dk_base = dK + b64 * stride_dkb + hkv64 * stride_dkh + k_start.to(tl.int64) * stride_dkn
+            dv_base = dV + b64 * stride_dvb + hkv64 * stride_dvh + k_start.to(tl.int64) * stride_dvn
+            if PART != 1:
+                tl.store(
+                    dk_base + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
+                    dk.to(dK.dtype.element_ty),
+                    mask=kv_mask,
+                )
+            if PART != 2:
+                tl.store(
+                    dv_base + offs_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
+                    dv.to(dV.dtype.element_ty),
+                    mask=kv_mask,
+                )
 
 
 @triton.jit
@@ -1140,20 +1211,79 @@ def _bwd_dq(
     the first writes, per program, whether its dQ came out non-finite (``Leaked``); the
     second (GUARD=True) redoes only those programs with the guard. A second pass inside one
     launch spilled (sm90, D=64 M128-N64-w4: a 344-byte stack frame with it, none without)."""
-    # The Hopper path as the forward: the last query blocks, which see the most keys, start
-    # first, in chunks of (b, h) pairs (forward._program_ids, its note).
-    if USE_TMA:
-        pid_m, pid_bh = _program_ids(sched_chunk, True)
-    else:
-        pid_m = tl.program_id(0)
-        pid_bh = tl.program_id(1)
     MAY_EXCLUDE: tl.constexpr = (
         HAS_WINDOW_LEFT or HAS_WINDOW_RIGHT or HAS_KEY_MASK or MASK_KIND != 0
     )
-    leak_at = Leaked + pid_bh * tl.num_programs(0) + pid_m
-    if GUARD:  # noqa: SIM102 (a constexpr and a tensor test do not combine with `and`)
-        if tl.load(leak_at) == 0:
-            return
+    if GUARD:
+        # On forward.redo_grid, as the forward's guarded launch (forward._attn_fwd's note).
+        n_m = tl.cdiv(seq_q, BLOCK_M)
+        pid_bh = tl.program_id(1)
+        first, span, flags = _redo_span(Leaked + pid_bh * n_m, n_m)
+        if tl.max(flags, 0) != 0:
+            for i in tl.range(0, span, num_stages=1):  # the body pipelines its own loops
+                pid_m = first + i
+                if _redo_flag(flags, i) != 0:
+                    leak_at = Leaked + pid_bh * n_m + pid_m
+                    _dq_program(
+                        pid_m, pid_bh, leak_at, MAY_EXCLUDE, Q, K, V, dOut, Lse2, Delta, dQ, DBias,
+                        Seed, KeyMask, AttnMask, CuSeqQ, CuSeqK, FullNum, FullIdx, PartNum,
+                        PartIdx, DescQ, DescK, DescV, DescdO, DescdQ, qk_scale, sm_scale, softcap,
+                        dropout_p, stride_qb, stride_qh, stride_qm, stride_qd, stride_kb,
+                        stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn,
+                        stride_vd, stride_dob, stride_doh, stride_dom, stride_dod, stride_dqb,
+                        stride_dqh, stride_dqm, stride_dqd, stride_lb, stride_lh, stride_lm,
+                        stride_kmb, stride_kmn, stride_amb, stride_amh, stride_amm, stride_amn,
+                        stride_dbb, stride_dbh, stride_dbm, stride_dbn, stride_snb, stride_snh,
+                        stride_sib, stride_sih, stride_sir, heads_q, group, seq_q, seq_k,
+                        window_left, window_right, head_dim, IS_VARLEN, BOTTOM_RIGHT,
+                        HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP,
+                        SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D,
+                        DOT_PRECISION, UPCAST_DOT, USE_TMA, GUARD, HAS_DBIAS, HAS_DROPOUT, NO_TAIL,
+                    )  # fmt: skip
+    else:
+        # The Hopper path as the forward: the last query blocks, which see the most keys, start
+        # first, in chunks of (b, h) pairs (forward._program_ids, its note).
+        if USE_TMA:
+            pid_m, pid_bh = _program_ids(sched_chunk, True)
+        else:
+            pid_m = tl.program_id(0)
+            pid_bh = tl.program_id(1)
+        leak_at = Leaked + pid_bh * tl.num_programs(0) + pid_m
+        _dq_program(
+            pid_m, pid_bh, leak_at, MAY_EXCLUDE, Q, K, V, dOut, Lse2, Delta, dQ, DBias, Seed,
+            KeyMask, AttnMask, CuSeqQ, CuSeqK, FullNum, FullIdx, PartNum, PartIdx, DescQ, DescK,
+            DescV, DescdO, DescdQ, qk_scale, sm_scale, softcap, dropout_p, stride_qb, stride_qh,
+            stride_qm, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh,
+            stride_vn, stride_vd, stride_dob, stride_doh, stride_dom, stride_dod, stride_dqb,
+            stride_dqh, stride_dqm, stride_dqd, stride_lb, stride_lh, stride_lm, stride_kmb,
+            stride_kmn, stride_amb, stride_amh, stride_amm, stride_amn, stride_dbb, stride_dbh,
+            stride_dbm, stride_dbn, stride_snb, stride_snh, stride_sib, stride_sih, stride_sir,
+            heads_q, group, seq_q, seq_k, window_left, window_right, head_dim, IS_VARLEN,
+            BOTTOM_RIGHT, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP,
+            SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, DOT_PRECISION,
+            UPCAST_DOT, USE_TMA, GUARD, HAS_DBIAS, HAS_DROPOUT, NO_TAIL,
+        )  # fmt: skip
+
+
+@triton.jit
+def _dq_program(
+    pid_m, pid_bh, leak_at, MAY_EXCLUDE: tl.constexpr, Q, K, V, dOut, Lse2, Delta, dQ, DBias, Seed,
+    KeyMask, AttnMask, CuSeqQ, CuSeqK, FullNum, FullIdx, PartNum, PartIdx, DescQ, DescK, DescV,
+    DescdO, DescdQ, qk_scale, sm_scale, softcap, dropout_p, stride_qb, stride_qh, stride_qm,
+    stride_qd, stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn,
+    stride_vd, stride_dob, stride_doh, stride_dom, stride_dod, stride_dqb, stride_dqh, stride_dqm,
+    stride_dqd, stride_lb, stride_lh, stride_lm, stride_kmb, stride_kmn, stride_amb, stride_amh,
+    stride_amm, stride_amn, stride_dbb, stride_dbh, stride_dbm, stride_dbn, stride_snb, stride_snh,
+    stride_sib, stride_sih, stride_sir, heads_q, group, seq_q, seq_k, window_left, window_right,
+    head_dim, IS_VARLEN: tl.constexpr, BOTTOM_RIGHT: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr,
+    HAS_WINDOW_RIGHT: tl.constexpr, HAS_KEY_MASK: tl.constexpr, MASK_KIND: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr, SPARSE: tl.constexpr, SPARSE_Q: tl.constexpr, SPARSE_K:
+    tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D:
+    tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, USE_TMA: tl.constexpr,
+    GUARD: tl.constexpr, HAS_DBIAS: tl.constexpr, HAS_DROPOUT: tl.constexpr, NO_TAIL: tl.constexpr,
+):  # fmt: skip
+    """One program of ``_bwd_dq``: query block ``pid_m`` of the (b, h) pair ``pid_bh``, its
+    flag at ``leak_at``; the other arguments are the kernel's."""
     b = pid_bh // heads_q
     h = pid_bh % heads_q
     h_kv = h // group
@@ -1171,71 +1301,72 @@ def _bwd_dq(
     if m_start >= n_q:
         if MAY_EXCLUDE and not GUARD:
             tl.store(leak_at, 0)
-        return
-    diag = 0
-    if BOTTOM_RIGHT:
-        diag = n_k - n_q
-    b64 = b.to(tl.int64)
-    h64 = h.to(tl.int64)
-    offs_m = m_start + tl.arange(0, BLOCK_M)
-    offs_n0 = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    mask_m = offs_m < n_q
-    qd_mask = mask_m[:, None] & (offs_d < head_dim)[None, :]
-    q_base = Q + b64 * stride_qb + h64 * stride_qh + q_start.to(tl.int64) * stride_qm
-    do_base = dOut + b64 * stride_dob + h64 * stride_doh + q_start.to(tl.int64) * stride_dom
-    if USE_TMA:  # never varlen (q_start = 0): rows past Nq read as 0, as the masked load
-        q = _tma_tile(DescQ, b, h, m_start)
-        do = _tma_tile(DescdO, b, h, m_start)
-    else:
-        q = tl.load(
-            q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
-            mask=qd_mask,
-            other=0.0,
-        )
-        do = tl.load(
-            do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
-            mask=qd_mask,
-            other=0.0,
-        )
-    l_off = b64 * stride_lb + h64 * stride_lh + q_start.to(tl.int64) * stride_lm
-    lse2 = tl.load(Lse2 + l_off + offs_m * stride_lm, mask=mask_m, other=float("-inf"))
-    delta = tl.load(Delta + l_off + offs_m * stride_lm, mask=mask_m, other=0.0)
-    # NOTE: empty rows (module docstring).
-    lse2 = tl.where(lse2 == float("-inf"), float("inf"), lse2)
+    else:  # (not an early return: the guarded launch calls this inside a loop)
+        diag = 0
+        if BOTTOM_RIGHT:
+            diag = n_k - n_q
+        b64 = b.to(tl.int64)
+        h64 = h.to(tl.int64)
+        offs_m = m_start + tl.arange(0, BLOCK_M)
+        offs_n0 = tl.arange(0, BLOCK_N)
+        offs_d = tl.arange(0, BLOCK_D)
+        mask_m = offs_m < n_q
+        qd_mask = mask_m[:, None] & (offs_d < head_dim)[None, :]
+        q_base = Q + b64 * stride_qb + h64 * stride_qh + q_start.to(tl.int64) * stride_qm
+        do_base = dOut + b64 * stride_dob + h64 * stride_doh + q_start.to(tl.int64) * stride_dom
+        if USE_TMA:  # never varlen (q_start = 0): rows past Nq read as 0, as the masked load
+            q = _tma_tile(DescQ, b, h, m_start)
+            do = _tma_tile(DescdO, b, h, m_start)
+        else:
+            q = tl.load(
+                q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                mask=qd_mask,
+                other=0.0,
+            )
+            do = tl.load(
+                do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+                mask=qd_mask,
+                other=0.0,
+            )
+        l_off = b64 * stride_lb + h64 * stride_lh + q_start.to(tl.int64) * stride_lm
+        lse2 = tl.load(Lse2 + l_off + offs_m * stride_lm, mask=mask_m, other=float("-inf"))
+        delta = tl.load(Delta + l_off + offs_m * stride_lm, mask=mask_m, other=0.0)
+        # NOTE: empty rows (module docstring).
+        lse2 = tl.where(lse2 == float("-inf"), float("inf"), lse2)
 
-    k_base = K + b64 * stride_kb + h_kv.to(tl.int64) * stride_kh + k_start.to(tl.int64) * stride_kn
-    v_base = V + b64 * stride_vb + h_kv.to(tl.int64) * stride_vh + k_start.to(tl.int64) * stride_vn
-    km_base = KeyMask + b64 * stride_kmb
-    am_base = AttnMask + b64 * stride_amb + h64 * stride_amh
-    db_base = DBias + b64 * stride_dbb + h64 * stride_dbh
-    rng_seed, rng_stride = 0, _rng_width(seq_k)
-    rng_base = (b64 * heads_q + h64) * seq_q * rng_stride
-    if HAS_DROPOUT:
-        rng_seed = tl.load(Seed)
+        k_base = K + b64 * stride_kb + h_kv.to(tl.int64) * stride_kh
+        k_base += k_start.to(tl.int64) * stride_kn
+        v_base = V + b64 * stride_vb + h_kv.to(tl.int64) * stride_vh
+        v_base += k_start.to(tl.int64) * stride_vn
+        km_base = KeyMask + b64 * stride_kmb
+        am_base = AttnMask + b64 * stride_amb + h64 * stride_amh
+        db_base = DBias + b64 * stride_dbb + h64 * stride_dbh
+        rng_seed, rng_stride = 0, _rng_width(seq_k)
+        rng_base = (b64 * heads_q + h64) * seq_q * rng_stride
+        if HAS_DROPOUT:
+            rng_seed = tl.load(Seed)
 
-    dq = _dq_rows(
-        q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, b, h_kv, FullNum,
-        FullIdx, PartNum, PartIdx, m_start, b64, h64, offs_m, offs_n0, offs_d, n_q, n_k, diag,
-        window_left, window_right,
-        qk_scale, softcap, head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn,
-        stride_amm, stride_amn, stride_snb, stride_snh, stride_sib, stride_sih, stride_sir, GUARD,
-        HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, SPARSE, SPARSE_Q,
-        SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
-        db_base, stride_dbm, stride_dbn, HAS_DBIAS,
-        rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, NO_TAIL,
-    )  # fmt: skip
-    # NOTE: excluded keys (module docstring): the second launch redoes, with the guard, the
-    # programs whose dQ leaked. Not compiled in where no in-range key can be excluded.
-    if MAY_EXCLUDE and not GUARD:
-        tl.store(leak_at, tl.max(((dq != dq) | (tl.abs(dq) == float("inf"))).to(tl.int32)))
-    dq = dq * sm_scale
-    if USE_TMA:
-        _tma_store(DescdQ, b, h, m_start, dq.to(dQ.dtype.element_ty))
-    else:
-        dq_base = dQ + b64 * stride_dqb + h64 * stride_dqh + q_start.to(tl.int64) * stride_dqm
-        tl.store(
-            dq_base + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
-            dq.to(dQ.dtype.element_ty),
-            mask=qd_mask,
-        )
+        dq = _dq_rows(
+            q, do, lse2, delta, k_base, v_base, km_base, am_base, DescK, DescV, b, h_kv, FullNum,
+            FullIdx, PartNum, PartIdx, m_start, b64, h64, offs_m, offs_n0, offs_d, n_q, n_k, diag,
+            window_left, window_right, qk_scale, softcap, head_dim, stride_kn, stride_kd,
+            stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn, stride_snb, stride_snh,
+            stride_sib, stride_sih, stride_sir, GUARD, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
+            HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M, BLOCK_N,
+            BLOCK_D, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT, db_base, stride_dbm, stride_dbn,
+            HAS_DBIAS, rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, NO_TAIL,
+        )  # fmt: skip
+        # NOTE: excluded keys (module docstring): the second launch redoes, with the guard, the
+        # programs whose dQ leaked. Not compiled in where no in-range key can be excluded.
+        if MAY_EXCLUDE and not GUARD:
+            tl.store(leak_at, tl.max(((dq != dq) | (tl.abs(dq) == float("inf"))).to(tl.int32)))
+        dq = dq * sm_scale
+        if USE_TMA:
+            _tma_store(DescdQ, b, h, m_start, dq.to(dQ.dtype.element_ty))
+        else:
+            dq_base = dQ + b64 * stride_dqb + h64 * stride_dqh + q_start.to(tl.int64) * stride_dqm
+            tl.store(
+                dq_base + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
+                dq.to(dQ.dtype.element_ty),
+                mask=qd_mask,
+            )

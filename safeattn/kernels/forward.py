@@ -42,6 +42,20 @@ import triton
 import triton.language as tl
 
 LOG2E = tl.constexpr(1.4426950408889634)
+# The guarded second launch (_attn_fwd, redo_grid): each program reads the flags of up to
+# REDO_SPAN query blocks of one (b, h) pair at once and redoes only the flagged ones, with
+# spans as short as leave about REDO_PROGRAMS programs (two waves on a 132-SM GPU), so that a
+# launch whose every block is flagged still spreads over the SMs.
+REDO_SPAN = tl.constexpr(32)
+REDO_PROGRAMS = tl.constexpr(264)
+
+
+def redo_grid(grid: tuple[int, int]) -> tuple[int, int]:
+    """The guarded second launch's grid for a first launch on ``grid`` (blocks, B * Hq); the
+    kernel derives the same span (``_attn_fwd``)."""
+    blocks, pairs = grid
+    span = min(triton.cdiv(blocks * pairs, REDO_PROGRAMS.value), REDO_SPAN.value)
+    return (triton.cdiv(blocks, span), pairs)
 
 
 @triton.jit
@@ -88,6 +102,24 @@ def _allowed_pairs(
 
 
 @triton.jit
+def _redo_span(flags_of_pair, n_blocks):
+    """A guarded second launch's program on ``redo_grid``: (first block, span, the span's
+    flags as a REDO_SPAN vector, 0 past it) of its (b, h) pair, whose ``n_blocks`` flags
+    start at ``flags_of_pair``. The span as ``redo_grid`` computes it."""
+    span = tl.minimum(tl.cdiv(n_blocks * tl.num_programs(1), REDO_PROGRAMS), REDO_SPAN)
+    first = tl.program_id(0) * span
+    offs = tl.arange(0, REDO_SPAN)
+    in_span = (offs < span) & (first + offs < n_blocks)
+    return first, span, tl.load(flags_of_pair + first + offs, mask=in_span, other=0)
+
+
+@triton.jit
+def _redo_flag(flags, i):
+    """Element ``i`` of a :func:`_redo_span` flag vector."""
+    return tl.sum(tl.where(tl.arange(0, REDO_SPAN) == i, flags, 0), 0)
+
+
+@triton.jit
 def _program_ids(sched_chunk, HEAVY_LAST: tl.constexpr):
     """(block, bh) of this program in a (blocks, B * heads) grid, in the launch order of
     ``kernels/schedule.py``: the (b, h) pairs in chunks of ``sched_chunk`` (the last chunk
@@ -108,6 +140,27 @@ def _program_ids(sched_chunk, HEAVY_LAST: tl.constexpr):
     n_blk = tl.num_programs(0)
     n_bh = tl.num_programs(1)
     lin = tl.program_id(1) * n_blk + tl.program_id(0)  # launch order: axis 0 fastest
+    n_chunks = tl.maximum(n_bh // sched_chunk, 1)
+    chunk = tl.minimum(lin // (sched_chunk * n_blk), n_chunks - 1)
+    first = chunk * sched_chunk
+    width = tl.where(chunk == n_chunks - 1, n_bh - first, sched_chunk)
+    r = lin - first * n_blk
+    step = r // width
+    bh = first + r - step * width
+    if HEAVY_LAST:
+        return n_blk - 1 - step, bh
+    return step, bh
+
+
+@triton.jit
+def _ids_at(lin, n_blk, n_bh, sched_chunk, HEAVY_LAST: tl.constexpr):
+    """:func:`_program_ids` of the program launched ``lin``-th in a (n_blk, n_bh) grid (a
+    guarded second launch on ``redo_grid`` asks it for the first launch's programs).
+
+    The same arithmetic as ``_program_ids``, written twice on purpose: with ``_program_ids``
+    calling this function, the first launch of the causal GQA dK/dV build at D=128 compiled to
+    other machine code (sm90, triton 3.6; same registers, no spill), and the timed launches
+    are meant to stay byte for byte what was measured."""
     n_chunks = tl.maximum(n_bh // sched_chunk, 1)
     chunk = tl.minimum(lin // (sched_chunk * n_blk), n_chunks - 1)
     first = chunk * sched_chunk
@@ -635,22 +688,79 @@ def _attn_fwd(
     Why not a second pass inside one launch: it kept every tile of the first pass live
     across the branch, and the kernel spilled (H100, causal D=128 M128-N128-w8: a 1,568-byte
     stack frame with it, none without; docs/perf/spill_check_h100_2026-11-27.log)."""
-    # Under causal, a key mask or a block mask the later rows see the most keys: the last
-    # query blocks start first, so the last wave is light. The Hopper path also takes the
-    # (b, h) pairs in chunks (_program_ids); the portable kernels keep one pair after another,
-    # as the remapped ids cost them registers (_program_ids' note).
-    if USE_TMA:
-        pid_m, pid_bh = _program_ids(sched_chunk, True)
-    else:
-        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
-        pid_bh = tl.program_id(1)
     MAY_EXCLUDE: tl.constexpr = (
         HAS_WINDOW_LEFT or HAS_WINDOW_RIGHT or HAS_KEY_MASK or MASK_KIND != 0
     )
-    leak_at = Leaked + pid_bh * tl.num_programs(0) + pid_m
-    if GUARD:  # noqa: SIM102 (a constexpr and a tensor test do not combine with `and`)
-        if tl.load(leak_at) == 0:
-            return
+    if GUARD:
+        # The redo's grid is (cdiv(blocks, span), B * Hq) (redo_grid, the same span): a program
+        # reads the flags of its span of query blocks at once and redoes only the flagged ones.
+        # A grid as large as the first launch's took 11-12 us to find nothing flagged: one
+        # program per SM at a time, each waiting for its flag (docs/perf/session_d256_2026-12-02).
+        n_m = tl.cdiv(seq_q, BLOCK_M)
+        pid_bh = tl.program_id(1)
+        first, span, flags = _redo_span(Leaked + pid_bh * n_m, n_m)
+        if tl.max(flags, 0) != 0:
+            for i in tl.range(0, span, num_stages=1):  # the body pipelines its own loops
+                pid_m = first + i
+                if _redo_flag(flags, i) != 0:
+                    leak_at = Leaked + pid_bh * n_m + pid_m
+                    _fwd_program(
+                        pid_m, pid_bh, leak_at, MAY_EXCLUDE, Q, K, V, Out, Lse2, KeyMask, AttnMask,
+                        CuSeqQ, CuSeqK, FullNum, FullIdx, PartNum, PartIdx, Seed, DescQ, DescK,
+                        DescV, DescO, qk_scale, softcap, dropout_p, stride_qb, stride_qh,
+                        stride_qm, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
+                        stride_vb, stride_vh, stride_vn, stride_vd, stride_ob, stride_oh,
+                        stride_om, stride_od, stride_lb, stride_lh, stride_lm, stride_kmb,
+                        stride_kmn, stride_amb, stride_amh, stride_amm, stride_amn, stride_snb,
+                        stride_snh, stride_sib, stride_sih, stride_sir, heads_q, group, seq_q,
+                        seq_k, window_left, window_right, head_dim, IS_VARLEN, BOTTOM_RIGHT,
+                        HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP,
+                        SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, USE_TMA,
+                        DOT_PRECISION, UPCAST_DOT, GUARD, HAS_DROPOUT, FOLD_SCALE,
+                    )  # fmt: skip
+    else:
+        # Under causal, a key mask or a block mask the later rows see the most keys: the last
+        # query blocks start first, so the last wave is light. The Hopper path also takes the
+        # (b, h) pairs in chunks (_program_ids); the portable kernels keep one pair after
+        # another, as the remapped ids cost them registers (_program_ids' note).
+        if USE_TMA:
+            pid_m, pid_bh = _program_ids(sched_chunk, True)
+        else:
+            pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
+            pid_bh = tl.program_id(1)
+        leak_at = Leaked + pid_bh * tl.num_programs(0) + pid_m
+        _fwd_program(
+            pid_m, pid_bh, leak_at, MAY_EXCLUDE, Q, K, V, Out, Lse2, KeyMask, AttnMask, CuSeqQ,
+            CuSeqK, FullNum, FullIdx, PartNum, PartIdx, Seed, DescQ, DescK, DescV, DescO, qk_scale,
+            softcap, dropout_p, stride_qb, stride_qh, stride_qm, stride_qd, stride_kb, stride_kh,
+            stride_kn, stride_kd, stride_vb, stride_vh, stride_vn, stride_vd, stride_ob, stride_oh,
+            stride_om, stride_od, stride_lb, stride_lh, stride_lm, stride_kmb, stride_kmn,
+            stride_amb, stride_amh, stride_amm, stride_amn, stride_snb, stride_snh, stride_sib,
+            stride_sih, stride_sir, heads_q, group, seq_q, seq_k, window_left, window_right,
+            head_dim, IS_VARLEN, BOTTOM_RIGHT, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK,
+            MASK_KIND, HAS_SOFTCAP, SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D,
+            USE_TMA, DOT_PRECISION, UPCAST_DOT, GUARD, HAS_DROPOUT, FOLD_SCALE,
+        )  # fmt: skip
+
+
+@triton.jit
+def _fwd_program(
+    pid_m, pid_bh, leak_at, MAY_EXCLUDE: tl.constexpr, Q, K, V, Out, Lse2, KeyMask, AttnMask,
+    CuSeqQ, CuSeqK, FullNum, FullIdx, PartNum, PartIdx, Seed, DescQ, DescK, DescV, DescO, qk_scale,
+    softcap, dropout_p, stride_qb, stride_qh, stride_qm, stride_qd, stride_kb, stride_kh,
+    stride_kn, stride_kd, stride_vb, stride_vh, stride_vn, stride_vd, stride_ob, stride_oh,
+    stride_om, stride_od, stride_lb, stride_lh, stride_lm, stride_kmb, stride_kmn, stride_amb,
+    stride_amh, stride_amm, stride_amn, stride_snb, stride_snh, stride_sib, stride_sih, stride_sir,
+    heads_q, group, seq_q, seq_k, window_left, window_right, head_dim, IS_VARLEN: tl.constexpr,
+    BOTTOM_RIGHT: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr, HAS_WINDOW_RIGHT: tl.constexpr,
+    HAS_KEY_MASK: tl.constexpr, MASK_KIND: tl.constexpr, HAS_SOFTCAP: tl.constexpr, SPARSE:
+    tl.constexpr, SPARSE_Q: tl.constexpr, SPARSE_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N:
+    tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr, USE_TMA: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, GUARD: tl.constexpr, HAS_DROPOUT:
+    tl.constexpr, FOLD_SCALE: tl.constexpr,
+):  # fmt: skip
+    """One program of ``_attn_fwd``: query block ``pid_m`` of the (b, h) pair ``pid_bh``,
+    its flag at ``leak_at``; the other arguments are the kernel's."""
     b = pid_bh // heads_q
     h = pid_bh % heads_q
     h_kv = h // group
@@ -668,72 +778,75 @@ def _attn_fwd(
     if m_start >= n_q:
         if MAY_EXCLUDE and not GUARD:
             tl.store(leak_at, 0)
-        return
-    diag = 0
-    if BOTTOM_RIGHT:
-        diag = n_k - n_q
-    b64 = b.to(tl.int64)
-    offs_m = m_start + tl.arange(0, BLOCK_M)
-    offs_n0 = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    mask_m = offs_m < n_q
-    mask_d = offs_d < head_dim
+    else:  # (not an early return: the guarded launch calls this inside a loop)
+        diag = 0
+        if BOTTOM_RIGHT:
+            diag = n_k - n_q
+        b64 = b.to(tl.int64)
+        offs_m = m_start + tl.arange(0, BLOCK_M)
+        offs_n0 = tl.arange(0, BLOCK_N)
+        offs_d = tl.arange(0, BLOCK_D)
+        mask_m = offs_m < n_q
+        mask_d = offs_d < head_dim
 
-    if USE_TMA:  # never varlen (q_start = 0): rows past Nq read as 0, as the masked load
-        q = _tma_tile(DescQ, b, h, m_start)
-    else:
-        q_base = Q + b64 * stride_qb + h.to(tl.int64) * stride_qh
-        q_base += q_start.to(tl.int64) * stride_qm
-        q = tl.load(
-            q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
-            mask=mask_m[:, None] & mask_d[None, :],
-            other=0.0,
-        )
-    k_base = K + b64 * stride_kb + h_kv.to(tl.int64) * stride_kh + k_start.to(tl.int64) * stride_kn
-    v_base = V + b64 * stride_vb + h_kv.to(tl.int64) * stride_vh + k_start.to(tl.int64) * stride_vn
-    km_base = KeyMask + b64 * stride_kmb
-    am_base = AttnMask + b64 * stride_amb + h.to(tl.int64) * stride_amh
-    rng_seed, rng_stride = 0, _rng_width(seq_k)
-    rng_base = (b64 * heads_q + h) * seq_q * rng_stride
-    if HAS_DROPOUT:
-        rng_seed = tl.load(Seed)
+        if USE_TMA:  # never varlen (q_start = 0): rows past Nq read as 0, as the masked load
+            q = _tma_tile(DescQ, b, h, m_start)
+        else:
+            q_base = Q + b64 * stride_qb + h.to(tl.int64) * stride_qh
+            q_base += q_start.to(tl.int64) * stride_qm
+            q = tl.load(
+                q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                mask=mask_m[:, None] & mask_d[None, :],
+                other=0.0,
+            )
+        k_base = K + b64 * stride_kb + h_kv.to(tl.int64) * stride_kh
+        k_base += k_start.to(tl.int64) * stride_kn
+        v_base = V + b64 * stride_vb + h_kv.to(tl.int64) * stride_vh
+        v_base += k_start.to(tl.int64) * stride_vn
+        km_base = KeyMask + b64 * stride_kmb
+        am_base = AttnMask + b64 * stride_amb + h.to(tl.int64) * stride_amh
+        rng_seed, rng_stride = 0, _rng_width(seq_k)
+        rng_base = (b64 * heads_q + h) * seq_q * rng_stride
+        if HAS_DROPOUT:
+            rng_seed = tl.load(Seed)
 
-    acc, m_i, l_i, row_bad = _fwd_rows(
-        q, k_base, v_base, km_base, am_base, DescK, DescV, b, h_kv, FullNum, FullIdx, PartNum,
-        PartIdx, m_start, b64, h,
-        offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left, window_right, qk_scale, softcap,
-        head_dim, stride_kn, stride_kd, stride_vn, stride_vd, stride_kmn, stride_amm, stride_amn,
-        stride_snb, stride_snh, stride_sib, stride_sih, stride_sir, GUARD, HAS_WINDOW_LEFT,
-        HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M,
-        BLOCK_N, BLOCK_D, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
-        rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_SCALE,
-    )  # fmt: skip
-    # NOTE: excluded values — a non-finite accumulator means NaN/Inf in V reached the
-    # product, whether from an allowed key (the guard marks the row) or an excluded one (the
-    # guard keeps it out): the second launch redoes these programs with the guard.
-    # Only causal, a window or a mask can exclude an in-range key: without them nothing can
-    # leak, and there is no second launch.
-    if MAY_EXCLUDE and not GUARD:
-        acc_bad = tl.max(((acc != acc) | (tl.abs(acc) == float("inf"))).to(tl.int32))
-        tl.store(leak_at, acc_bad)
+        acc, m_i, l_i, row_bad = _fwd_rows(
+            q, k_base, v_base, km_base, am_base, DescK, DescV, b, h_kv, FullNum, FullIdx, PartNum,
+            PartIdx, m_start, b64, h, offs_m, offs_n0, offs_d, n_q, n_k, diag, window_left,
+            window_right, qk_scale, softcap, head_dim, stride_kn, stride_kd, stride_vn, stride_vd,
+            stride_kmn, stride_amm, stride_amn, stride_snb, stride_snh, stride_sib, stride_sih,
+            stride_sir, GUARD, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
+            HAS_SOFTCAP, SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, USE_TMA,
+            DOT_PRECISION, UPCAST_DOT, rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT,
+            FOLD_SCALE,
+        )  # fmt: skip
+        # NOTE: excluded values — a non-finite accumulator means NaN/Inf in V reached the
+        # product, whether from an allowed key (the guard marks the row) or an excluded one (the
+        # guard keeps it out): the second launch redoes these programs with the guard.
+        # Only causal, a window or a mask can exclude an in-range key: without them nothing can
+        # leak, and there is no second launch.
+        if MAY_EXCLUDE and not GUARD:
+            acc_bad = tl.max(((acc != acc) | (tl.abs(acc) == float("inf"))).to(tl.int32))
+            tl.store(leak_at, acc_bad)
 
-    # NOTE: empty rows — l_i == 0 exactly when no key was allowed.
-    empty = l_i == 0.0
-    out = acc / tl.where(empty, 1.0, l_i)[:, None]
-    if HAS_DROPOUT:
-        out = out * (1.0 / (1.0 - dropout_p))
-    out = tl.where((row_bad > 0)[:, None], float("nan"), out)
-    lse2 = tl.where(empty, float("-inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
+        # NOTE: empty rows — l_i == 0 exactly when no key was allowed.
+        empty = l_i == 0.0
+        out = acc / tl.where(empty, 1.0, l_i)[:, None]
+        if HAS_DROPOUT:
+            out = out * (1.0 / (1.0 - dropout_p))
+        out = tl.where((row_bad > 0)[:, None], float("nan"), out)
+        lse2 = tl.where(empty, float("-inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
 
-    if USE_TMA:
-        _tma_store(DescO, b, h, m_start, out.to(Out.dtype.element_ty))
-    else:
-        o_base = Out + b64 * stride_ob + h.to(tl.int64) * stride_oh
-        o_base += q_start.to(tl.int64) * stride_om
-        tl.store(
-            o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
-            out.to(Out.dtype.element_ty),
-            mask=mask_m[:, None] & mask_d[None, :],
-        )
-    l_base = Lse2 + b64 * stride_lb + h.to(tl.int64) * stride_lh + q_start.to(tl.int64) * stride_lm
-    tl.store(l_base + offs_m * stride_lm, lse2, mask=mask_m)
+        if USE_TMA:
+            _tma_store(DescO, b, h, m_start, out.to(Out.dtype.element_ty))
+        else:
+            o_base = Out + b64 * stride_ob + h.to(tl.int64) * stride_oh
+            o_base += q_start.to(tl.int64) * stride_om
+            tl.store(
+                o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+                out.to(Out.dtype.element_ty),
+                mask=mask_m[:, None] & mask_d[None, :],
+            )
+        l_base = Lse2 + b64 * stride_lb + h.to(tl.int64) * stride_lh
+        l_base += q_start.to(tl.int64) * stride_lm
+        tl.store(l_base + offs_m * stride_lm, lse2, mask=mask_m)

@@ -19,7 +19,7 @@ import triton
 
 from . import configs, hopper, launch, schedule
 from .backward import _bwd_dkdv, _bwd_dq
-from .forward import _attn_fwd, _dropout_keep
+from .forward import _attn_fwd, _dropout_keep, redo_grid
 from .launch import Meta
 
 _LN2 = math.log(2.0)
@@ -143,8 +143,8 @@ def forward(q, k, v, key_mask, attn_mask, cu_q, cu_k, meta: Meta, summary=None, 
         "forward", _attn_fwd, grid, args, meta, q.dtype, q.device, meta.seq_q, meta.seq_k, extra
     )
     if may_empty:
-        launch.launch_guarded_redo("forward", _attn_fwd, grid(cfg), args, meta, q.dtype, q.device,
-                                   cfg, extra)  # fmt: skip
+        launch.launch_guarded_redo("forward", _attn_fwd, redo_grid(grid(cfg)), args, meta,
+                                   q.dtype, q.device, cfg, extra)  # fmt: skip
     return out, lse2
 
 
@@ -278,8 +278,8 @@ def backward(
             "bwd_dq", _bwd_dq, q_grid, q_args, meta, dt, dev, meta.seq_q, meta.seq_k, extra
         )
         if may_empty:
-            launch.launch_guarded_redo("bwd_dq", _bwd_dq, q_grid(cfg), q_args, meta, dt, dev, cfg,
-                                       extra)  # fmt: skip
+            launch.launch_guarded_redo("bwd_dq", _bwd_dq, redo_grid(q_grid(cfg)), q_args, meta,
+                                       dt, dev, cfg, extra)  # fmt: skip
     tiles_t = _tile_args(summary, True, q)
     # Where a row can be empty, the dK/dV kernel flags its programs whose results leaked
     # NaN/Inf from an empty row, and a second launch redoes them (backward._bwd_dkdv).
@@ -310,8 +310,8 @@ def backward(
             name, _bwd_dkdv, kv_grid, kv_args, meta, dt, dev, meta.seq_q, meta.seq_k, part_extra
         )
         if may_empty:
-            launch.launch_guarded_redo(name, _bwd_dkdv, kv_grid(cfg), kv_args, meta, dt, dev, cfg,
-                                       part_extra)  # fmt: skip
+            launch.launch_guarded_redo(name, _bwd_dkdv, redo_grid(kv_grid(cfg)), kv_args, meta,
+                                       dt, dev, cfg, part_extra)  # fmt: skip
 
     if side is not None:
         # Joined: whatever the caller does next on its stream (a free included: the caching
