@@ -572,6 +572,10 @@ def test_the_exclusion_mark_survives_compilation(tmp_path):
         "print([line.strip() for line in ptx.splitlines() if 'selp.f32' in line])\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    # The checkout under test, installed or not: the GPU machines run the tests from a clone
+    # without installing it, and the script's own folder is all a child puts on sys.path.
+    checkout = os.path.dirname(os.path.dirname(safeattn.__file__))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [checkout, env.get("PYTHONPATH")]))
     res = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "0f80000000" in res.stdout, f"the -0.0 mark was lost: {res.stdout}"
