@@ -76,3 +76,51 @@ def test_current_interpreter_is_left_alone():
         assert not interpreter_compat.needed()  # TRITON_INTERPRET=1 applied it at import
     else:
         assert interpreter_compat.needed() == (has_old and _numpy_refuses())
+
+
+# --------------------------------------------------------------------------- frame room
+
+
+def test_on_fresh_chunk_returns_and_raises_as_the_call_does():
+    assert interpreter_compat.on_fresh_chunk(lambda: 42) == 42
+    with pytest.raises(ZeroDivisionError):
+        interpreter_compat.on_fresh_chunk(lambda: 1 // 0)
+
+
+def test_on_fresh_chunk_runs_the_call_under_a_frame_of_the_room_size():
+    """The room is a caller frame of ROOM_SLOTS local slots: the frame chunk it maps leaves
+    the call as much space again, so no boundary sits in an interpreted launch's loop."""
+    seen = []
+
+    def call():
+        caller = inspect.currentframe().f_back
+        seen.append(caller.f_code.co_nlocals)
+
+    interpreter_compat.on_fresh_chunk(call)
+    assert seen == [interpreter_compat.ROOM_SLOTS + 1]  # the slots and the call argument
+
+
+def test_every_interpreted_launch_of_a_call_runs_in_the_room(monkeypatch):
+    """Forward and backward under the interpreter: each kernel launch (first, guarded redo,
+    preprocess) goes through on_fresh_chunk."""
+    import torch
+
+    import safeattn
+    from safeattn.kernels import launch
+
+    if not launch.INTERPRET:
+        pytest.skip("the room is for interpreted launches (TRITON_INTERPRET=1)")
+    calls = []
+    real = interpreter_compat.on_fresh_chunk
+    monkeypatch.setattr(interpreter_compat, "on_fresh_chunk", lambda c: calls.append(1) or real(c))
+    launched = []
+    real_getitem = type(launch._bwd_preprocess).__getitem__
+
+    def getitem(self, grid):
+        launched.append(self.fn.__name__ if hasattr(self, "fn") else str(self))
+        return real_getitem(self, grid)
+
+    monkeypatch.setattr(type(launch._bwd_preprocess), "__getitem__", getitem)
+    q, k, v = (torch.randn(1, 1, 20, 16, requires_grad=True) for _ in range(3))
+    safeattn.attention(q, k, v, causal=True).sum().backward()
+    assert len(launched) >= 4 and len(calls) == len(launched), (calls, launched)

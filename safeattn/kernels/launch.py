@@ -32,14 +32,12 @@ import triton
 
 from .._inputs import capturing
 from ..gpu_limits import arch_name
-from . import configs, tuning
+from . import configs, interpreter_compat, tuning
 from .backward import _bwd_preprocess
 from .configs import KernelConfig
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 if INTERPRET:
-    from . import interpreter_compat
-
     interpreter_compat.apply()  # triton 3.6's interpreter with NumPy 2.x
 
 
@@ -267,7 +265,8 @@ def _launch(name, fn, grid, args, meta, dtype, device, seq_q, seq_k, extra=None)
     args_of = args if callable(args) else lambda c: args
     if INTERPRET or device.type != "cuda":
         cfg = configs.interpreter_config(name)
-        fn[grid(cfg)](*args_of(cfg), **_constexprs(meta, dtype, cfg), **extra)
+        kwargs = {**_constexprs(meta, dtype, cfg), **extra}
+        interpreter_compat.on_fresh_chunk(lambda: fn[grid(cfg)](*args_of(cfg), **kwargs))
         return cfg
     key = launch_key(name, dtype, meta, seq_q, seq_k, extra)
     gpu_names = _gpu_names(
@@ -294,6 +293,8 @@ def _run(name: str, device: torch.device, fn, grid, args, kwargs: dict):
     """``fn[grid](*args, **kwargs)``; a failure caused by a CUDA graph capture is re-raised
     as :func:`_launch_error_in_capture` names it. Returns the compiled kernel."""
     try:
+        if INTERPRET:
+            return interpreter_compat.on_fresh_chunk(lambda: fn[grid](*args, **kwargs))
         return fn[grid](*args, **kwargs)
     except Exception as exc:
         if _failed_in_capture(device, exc):
