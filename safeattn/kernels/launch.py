@@ -265,8 +265,7 @@ def _launch(name, fn, grid, args, meta, dtype, device, seq_q, seq_k, extra=None)
     args_of = args if callable(args) else lambda c: args
     if INTERPRET or device.type != "cuda":
         cfg = configs.interpreter_config(name)
-        kwargs = {**_constexprs(meta, dtype, cfg), **extra}
-        interpreter_compat.on_fresh_chunk(lambda: fn[grid(cfg)](*args_of(cfg), **kwargs))
+        _run(name, device, fn, grid(cfg), args_of(cfg), {**_constexprs(meta, dtype, cfg), **extra})
         return cfg
     key = launch_key(name, dtype, meta, seq_q, seq_k, extra)
     gpu_names = _gpu_names(
