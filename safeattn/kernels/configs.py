@@ -190,6 +190,9 @@ _SMEM_NEEDED_DROPOUT: dict[tuple[str, int, bool, KernelConfig], int] = {
     ("forward", 64, False, C(128, 64, 4, 4)): 114_688,
     ("forward", 128, False, C(64, 64, 4, 3)): 106_496,
     ("forward", 128, False, C(128, 64, 8, 4)): 180_224,
+    # D <= 32 (bucket 32) was outside the asv grid's audit until the full one (2026-12-02,
+    # triton 3.9): 114,688 bytes, over sm86/89's limit, fp16 and bf16.
+    ("forward", 32, False, C(128, 128, 4, 3)): 114_688,
 }  # fmt: skip
 
 
