@@ -10,8 +10,7 @@ figures are those of the kernels that really run.
 
     python -m safeattn.audit                 # everything, table on stdout
     python -m safeattn.audit --arch sm86 --json audit.json
-    python -m safeattn.audit --record        # compile everything afresh and write the
-                                             # committed cache, safeattn/audit_cache.json
+    python -m safeattn.audit --record        # compile afresh, write safeattn/audit_cache.json
     python -m safeattn.audit --no-cache      # compile, reading and writing no cache
 
 The rows are cached per key (kernel sources, config tables, architecture list, Triton
@@ -163,6 +162,7 @@ def _signature(fn, dtype: torch.dtype, variant: str, constexprs: dict, head_dim:
 
 def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: int, variant: str):
     masked, base = variant in _MASKED_VARIANTS, kernel.removesuffix("_tma")  # _tma: same kernel
+    half = dtype != torch.float32  # fp16/bf16
     if base == "bwd_preprocess":
         return dict(IS_VARLEN=False, BLOCK_M=cfg.block_m, BLOCK_D=head_dim)
     return dict(
@@ -180,11 +180,11 @@ def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: in
         BLOCK_N=cfg.block_n,
         BLOCK_D=head_dim,
         EVEN_D=True,
-        DOT_PRECISION="ieee" if dtype == torch.float32 else "tf32",
+        DOT_PRECISION="tf32" if half else "ieee",
         UPCAST_DOT=0,
-        # the dK/dV kernel's GQA loop (GROUP: the group argument's value); the kernels'
-        # guarded second launches (GUARD=True) have the same tiles and are not audited apart
-        **({"GQA": True, "GROUP": _representative_value("group", head_dim),
+        # the dK/dV kernel's GQA loop (GROUP: the group argument's value; fp32 has none:
+        # passes._per_query_head); the guarded second launches (GUARD=True) are the same tiles
+        **({"GQA": half, "GROUP": _representative_value("group", head_dim) if half else 1,
             "FOLD_DELTA": hopper.fold_delta(kernel in _TMA_KERNELS, head_dim)}
            if base in ("bwd_dkdv", *configs.SPLIT_PARTS) else {}),
         **({"PART": configs.SPLIT_PARTS[base]} if base in configs.SPLIT_PARTS else {}),

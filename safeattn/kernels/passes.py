@@ -161,6 +161,17 @@ def _seed(seed, meta: Meta, fallback: torch.Tensor) -> torch.Tensor:
     return seed if meta.dropout_p > 0 else fallback
 
 
+def _per_query_head(group: int, dtype: torch.dtype) -> bool:
+    """Whether the dK/dV kernel runs once per query head, on K and V repeated over the GQA
+    group, the group's heads summed after it (fp32 GQA). Why: an fp32 (IEEE) dot adds its
+    products into the accumulator one at a time, so summing the group inside the kernel made
+    one chain of group x Nq additions, where PyTorch's math (one head's matmul, then the sum
+    over the group) makes Nq, then group: the H200's fp32 soft-capping GQA dV sat at 3.2x
+    PyTorch's error. Costs K, V, dK and dV once per query head: fp32 only, where accuracy is
+    what the caller asked for; fp16/bf16 sum the group in the kernel."""
+    return group > 1 and dtype == torch.float32
+
+
 OVERLAP_ENV = "SAFEATTN_BWD_OVERLAP"
 _SIDE_STREAMS: dict[int, torch.cuda.Stream] = {}
 
@@ -281,24 +292,32 @@ def backward(
             launch.launch_guarded_redo("bwd_dq", _bwd_dq, redo_grid(q_grid(cfg)), q_args, meta,
                                        dt, dev, cfg, extra)  # fmt: skip
     tiles_t = _tile_args(summary, True, q)
+    # fp32 GQA: dK/dV per query head (K and V repeated over the group), summed over the group
+    # after the kernel (_per_query_head).
+    per_head = _per_query_head(group, dt)
+    heads_kv, group_kv = (meta.heads_q, 1) if per_head else (meta.heads_kv, group)
+    k_kv, v_kv = (k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)) \
+        if per_head else (k, v)  # fmt: skip
+    dk_kv, dv_kv = (torch.empty_like(k_kv), torch.empty_like(v_kv)) if per_head else (dk, dv)
     # Where a row can be empty, the dK/dV kernel flags its programs whose results leaked
     # NaN/Inf from an empty row, and a second launch redoes them (backward._bwd_dkdv).
-    leaked = _leak_flags(meta, meta.seq_k, meta.heads_kv, q)
+    leaked = _leak_flags(meta, meta.seq_k, heads_kv, q)
     kv_args = launch.per_config(lambda c: (
-        q, k, v, dout, lse2, delta, dk, dv, leaked, seed, km, am, cu_q, cu_k, *tiles_t[:4],
-        *descs(c, [q, k, v, dout, dk, dv], "mnnmnn"), *half_descs(c), *common,
-        *_dense_strides(q, meta.varlen), *_dense_strides(k, meta.varlen),
-        *_dense_strides(v, meta.varlen), *_dense_strides(dout, meta.varlen),
-        *_dense_strides(dk, meta.varlen), *_dense_strides(dv, meta.varlen),
+        q, k_kv, v_kv, dout, lse2, delta, dk_kv, dv_kv, leaked, seed, km, am, cu_q, cu_k,
+        *tiles_t[:4], *descs(c, [q, k_kv, v_kv, dout, dk_kv, dv_kv], "mnnmnn"),
+        *half_descs(c), *common,
+        *_dense_strides(q, meta.varlen), *_dense_strides(k_kv, meta.varlen),
+        *_dense_strides(v_kv, meta.varlen), *_dense_strides(dout, meta.varlen),
+        *_dense_strides(dk_kv, meta.varlen), *_dense_strides(dv_kv, meta.varlen),
         *_lse_strides(lse2, meta.varlen), *km_s, *am_s, *tiles_t[4:],
-        meta.heads_kv, group, meta.seq_q, meta.seq_k,
+        heads_kv, group_kv, meta.seq_q, meta.seq_k,
         meta.window_left, meta.window_right, meta.head_dim,
         schedule.sched_chunk(
-            c, *kv_grid(c), _head_bytes(meta.seq_q, meta, q) * group, dev, may_empty
+            c, *kv_grid(c), _head_bytes(meta.seq_q, meta, q) * group_kv, dev, may_empty
         ),
     ))  # fmt: skip
-    kv_grid = lambda c: (triton.cdiv(meta.seq_k, c.block_n), meta.batch * meta.heads_kv)
-    kv_extra = {"GQA": group > 1, "GROUP": group, "USE_TMA": tma,
+    kv_grid = lambda c: (triton.cdiv(meta.seq_k, c.block_n), meta.batch * heads_kv)
+    kv_extra = {"GQA": group_kv > 1, "GROUP": group_kv, "USE_TMA": tma,
                 "HAS_DROPOUT": meta.dropout_p > 0, "FOLD_DELTA": hopper.fold_delta(tma, bd),
                 "NO_TAIL": meta.no_tail(edge, "bwd_dkdv")}
     # One launch, or (hopper.split_dkdv) dV then dK, each tuned, flagged and redone on its own;
@@ -312,6 +331,10 @@ def backward(
         if may_empty:
             launch.launch_guarded_redo(name, _bwd_dkdv, redo_grid(kv_grid(cfg)), kv_args, meta,
                                        dt, dev, cfg, part_extra)  # fmt: skip
+    if per_head:
+        # (dims 1 and 2: heads and tokens dense, tokens and heads varlen; heads are dim 1)
+        dk.copy_(dk_kv.unflatten(1, (meta.heads_kv, group)).sum(2))
+        dv.copy_(dv_kv.unflatten(1, (meta.heads_kv, group)).sum(2))
 
     if side is not None:
         # Joined: whatever the caller does next on its stream (a free included: the caching
