@@ -304,6 +304,23 @@ def test_gqa_and_transposed_strides(hq, hkv, device, on_gpu):
     check_against_reference(q, k, v, causal=True)
 
 
+@pytest.mark.parametrize("kw", [{"causal": True}, {"softcap": 3.0}], ids=["causal", "softcap"])
+def test_fp32_gqa_dkdv_is_the_multi_head_one_summed_over_the_group(kw, device, on_gpu):
+    """fp32 GQA sums the group in PyTorch's order (passes._per_query_head): dK and dV are
+    bit for bit the gradients of K and V repeated over the group, summed over it afterwards.
+    The in-kernel sum (one running chain over the group's queries) rounds differently."""
+    b, hq, hkv, nq, nk, d = pick(on_gpu, (2, 4, 2, 37, 29, 16), (2, 8, 2, 700, 1000, 128))
+    q, k, v = rand_qkv(b, hq, hkv, nq, nk, d, torch.float32, device, seed=33, scale=1.5)
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(34)).to(device)
+    gqa = fwd_bwd(safeattn.attention, q, k, v, do, **kw)
+    group = hq // hkv
+    rep = [t.repeat_interleave(group, dim=1) for t in (k, v)]
+    mha = fwd_bwd(safeattn.attention, q, *rep, do, **kw)
+    assert torch.equal(gqa[0], mha[0])
+    for name, g, m in (("dk", gqa[3], mha[3]), ("dv", gqa[4], mha[4])):
+        assert torch.equal(g, m.unflatten(1, (hkv, group)).sum(2)), name
+
+
 @pytest.mark.parametrize("d", [1, 7, 59, 111, 256] if os.environ.get("CI") else [1, 7, 59, 256])
 def test_head_dims(d, device, on_gpu):
     nq, nk = pick(on_gpu, (19, 23), (300, 333))
