@@ -292,13 +292,14 @@ def backward(
             launch.launch_guarded_redo("bwd_dq", _bwd_dq, redo_grid(q_grid(cfg)), q_args, meta,
                                        dt, dev, cfg, extra)  # fmt: skip
     tiles_t = _tile_args(summary, True, q)
-    # fp32 GQA: dK/dV per query head (K and V repeated over the group), summed over the group
-    # after the kernel (_per_query_head).
+    # The dK/dV kernel's heads: the K/V heads, or (fp32 GQA, _per_query_head) the query heads
+    # on K and V repeated over the group, the group summed after the kernel.
     per_head = _per_query_head(group, dt)
-    heads_kv, group_kv = (meta.heads_q, 1) if per_head else (meta.heads_kv, group)
-    k_kv, v_kv = (k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)) \
-        if per_head else (k, v)  # fmt: skip
-    dk_kv, dv_kv = (torch.empty_like(k_kv), torch.empty_like(v_kv)) if per_head else (dk, dv)
+    heads_kv, group_kv, k_kv, v_kv, dk_kv, dv_kv = meta.heads_kv, group, k, v, dk, dv
+    if per_head:
+        heads_kv, group_kv = meta.heads_q, 1
+        k_kv, v_kv = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        dk_kv, dv_kv = torch.empty_like(k_kv), torch.empty_like(v_kv)
     # Where a row can be empty, the dK/dV kernel flags its programs whose results leaked
     # NaN/Inf from an empty row, and a second launch redoes them (backward._bwd_dkdv).
     leaked = _leak_flags(meta, meta.seq_k, heads_kv, q)
@@ -331,8 +332,7 @@ def backward(
         if may_empty:
             launch.launch_guarded_redo(name, _bwd_dkdv, redo_grid(kv_grid(cfg)), kv_args, meta,
                                        dt, dev, cfg, part_extra)  # fmt: skip
-    if per_head:
-        # (dims 1 and 2: heads and tokens dense, tokens and heads varlen; heads are dim 1)
+    if per_head:  # heads are dim 1 in both layouts, (B, H, N, D) and varlen (T, H, D)
         dk.copy_(dk_kv.unflatten(1, (meta.heads_kv, group)).sum(2))
         dv.copy_(dv_kv.unflatten(1, (meta.heads_kv, group)).sum(2))
 
