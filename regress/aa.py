@@ -5,8 +5,9 @@
 
 Give commits that measure the same code, oldest first, or none: then the A/A pairs are the
 consecutive measured commits of the machine whose ``safeattn/`` and ``benchmarks/`` git
-trees are identical (:func:`regress.aa_pairs.find_aa_pairs`; git runs in the results
-directory, which lives in the repository). For each consecutive pair it reports:
+trees are identical and which measured the same benchmarks
+(:func:`regress.aa_pairs.find_aa_pairs`; git runs in the results directory, which lives in
+the repository). For each consecutive pair it reports:
 
 a. the gate's verdict on the real pair (:func:`regress.gate.run_gate`): any block
    is a false alarm, the target is none;
@@ -162,11 +163,16 @@ def wrap_paragraph(text: str) -> str:
 def render_markdown(machine: str, checks: Sequence[PairCheck], pairs: AAPairs | None) -> str:
     """One machine's A/A sensitivity as a markdown table (the README's gate section), or a
     sentence when it has no A/A pair."""
+    notes = [f"- Note: {n}" for n in (pairs.notes if pairs is not None else [])]
     if not checks:
         measured = f" ({len(pairs.commits)} commits measured)" if pairs is not None else ""
-        return (
-            f"No A/A pairs measured yet on `{machine}`{measured}: no consecutive measured "
-            f"commits with identical {'/ and '.join(MEASURED_TREES)}/ trees."
+        return "\n".join(
+            [
+                f"No A/A pairs measured yet on `{machine}`{measured}: no consecutive measured "
+                f"commits with identical {'/ and '.join(MEASURED_TREES)}/ trees that measured "
+                "the same benchmarks.",
+                *(["", *notes] if notes else []),
+            ]
         )
     shown = sum(c.ok for c in checks)
     false_alarms = sum(c.verdict != gate.PASS for c in checks)
@@ -199,6 +205,8 @@ def render_markdown(machine: str, checks: Sequence[PairCheck], pairs: AAPairs | 
         cells = [f"`{check.base[:8]}` → `{check.head[:8]}`", _blocked_cell(check)]
         cells += [_plant_cell(p) for p in check.plants]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    if notes:  # what was left unpaired, and why: the count above leaves it out
+        lines += ["", *notes]
     return "\n".join(lines)
 
 

@@ -1,7 +1,12 @@
 """Which commits form A/A pairs: consecutive measured commits of a machine whose
-``safeattn/`` and ``benchmarks/`` git trees are identical, so they measure the same code
-(the pairs :mod:`regress.aa` checks the gate on). git runs in the repository that holds the
-results directory.
+``safeattn/`` and ``benchmarks/`` git trees are identical and which measured the same
+benchmarks, so they are the same measurement taken twice (the pairs :mod:`regress.aa`
+checks the gate on). git runs in the repository that holds the results directory.
+
+Why the same benchmarks too: a commit measured with only some suites (a device session that
+ran one suite) beside one measured with others is not a second run of anything. The gate
+blocks such a head, as it must (a benchmark measured on the base and absent on the head is
+missing data), and that is not a false alarm. Such a pair is left out with a note.
 """
 
 from __future__ import annotations
@@ -67,7 +72,8 @@ def measured_trees(repo: str | Path, commit: str) -> tuple[str, ...] | None:
 class AAPairs:
     """The A/A pairs of one machine: ``pairs`` (base, head) oldest first; ``commits``: the
     commits it measured, oldest first; ``dates``: their commit dates (YYYY-MM-DD);
-    ``notes``: commits whose trees git could not read."""
+    ``notes``: commits whose trees git could not read, and consecutive commits with
+    identical trees left unpaired because they measured different benchmarks."""
 
     machine: str
     pairs: list[tuple[str, str]]
@@ -85,7 +91,8 @@ class AAPairs:
 
 def find_aa_pairs(loaded: LoadedResults, machine: str, repo: str | Path) -> AAPairs:
     """Consecutive measured commits of ``machine`` (the loader's commit order) whose
-    :data:`MEASURED_TREES` are identical in the git repository ``repo``."""
+    :data:`MEASURED_TREES` are identical in the git repository ``repo`` and which measured
+    the same set of benchmarks (see the module docstring)."""
     rows = loaded.commits[loaded.commits["machine"] == machine].sort_values("order")
     shas = [str(c) for c in rows["commit"]]
     dates = {
@@ -98,9 +105,26 @@ def find_aa_pairs(loaded: LoadedResults, machine: str, repo: str | Path) -> AAPa
         for sha in shas
         if trees[sha] is None
     ]
-    pairs = [
-        (base, head)
-        for base, head in itertools.pairwise(shas)
-        if trees[base] is not None and trees[base] == trees[head]
-    ]
+    table = loaded.table[loaded.table["machine"] == machine]
+    measured = {str(c): frozenset(b) for c, b in table.groupby("commit")["benchmark"]}
+    pairs = []
+    for base, head in itertools.pairwise(shas):
+        if trees[base] is None or trees[base] != trees[head]:
+            continue
+        only_base, only_head = _suites(measured, base, head), _suites(measured, head, base)
+        if only_base or only_head:
+            notes.append(
+                f"{base[:8]} -> {head[:8]}: identical trees, but not the same benchmarks "
+                f"measured (only {base[:8]}: {', '.join(only_base) or 'none'}; only "
+                f"{head[:8]}: {', '.join(only_head) or 'none'}): not paired"
+            )
+            continue
+        pairs.append((base, head))
     return AAPairs(machine=machine, pairs=pairs, commits=shas, dates=dates, notes=notes)
+
+
+def _suites(measured: dict[str, frozenset], commit: str, other: str) -> list[str]:
+    """The suites (``module.Class``) of the benchmarks ``commit`` measured and ``other`` did
+    not, sorted."""
+    missing = measured.get(commit, frozenset()) - measured.get(other, frozenset())
+    return sorted({".".join(str(b).split(".")[:2]) for b in missing})

@@ -114,6 +114,32 @@ def test_aa_pairs_are_consecutive_commits_with_identical_trees(repo):
     assert other.pairs == [] and other.notes == []
 
 
+def test_commits_that_measured_different_benchmarks_are_not_a_pair(tmp_path):
+    """Identical trees, but the head ran another suite: not a second run of anything (the
+    gate blocks its missing rows, rightly), so no pair, and a note names the suites."""
+    _git(tmp_path, "init", "-q")
+    one = _commit(tmp_path, {"safeattn/k.py": "v1\n", "benchmarks/b.py": "v1\n"}, "one")
+    two = _commit(tmp_path, {"docs/notes.md": "docs\n"}, "two: docs only")
+    three = _commit(tmp_path, {"tests/test_k.py": "t\n"}, "three: tests only")
+    results = tmp_path / "results"
+    full = _benchmarks()
+    numerics_only = {NONFINITE: full[NONFINITE]}
+    for i, (sha, benchmarks) in enumerate(((one, full), (two, numerics_only), (three, full))):
+        write_asv_results(results, MACHINE, sha, 1_700_000_000_000 + i * 60_000, benchmarks)
+    found = aa_pairs.find_aa_pairs(aa.load_results(results), MACHINE, tmp_path)
+    assert found.pairs == []
+    assert found.notes == [
+        f"{one[:8]} -> {two[:8]}: identical trees, but not the same benchmarks measured "
+        f"(only {one[:8]}: speed.SpeedSuite; only {two[:8]}: none): not paired",
+        f"{two[:8]} -> {three[:8]}: identical trees, but not the same benchmarks measured "
+        f"(only {two[:8]}: none; only {three[:8]}: speed.SpeedSuite): not paired",
+    ]
+    # The report says why there is no pair (exit 2: nothing to check), the notes included.
+    table = aa.render_markdown(MACHINE, [], found)
+    assert table.startswith(f"No A/A pairs measured yet on `{MACHINE}` (3 commits measured)")
+    assert all(f"- Note: {note}" in table for note in found.notes)
+
+
 def test_a_benchmarks_change_breaks_a_pair(tmp_path):
     """The suite's tree counts as much as the package's."""
     _git(tmp_path, "init", "-q")
