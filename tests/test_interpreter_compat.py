@@ -124,3 +124,41 @@ def test_every_interpreted_launch_of_a_call_runs_in_the_room(monkeypatch):
     q, k, v = (torch.randn(1, 1, 20, 16, requires_grad=True) for _ in range(3))
     safeattn.attention(q, k, v, causal=True).sum().backward()
     assert len(launched) >= 4 and len(calls) == len(launched), (calls, launched)
+
+
+def test_a_helper_patches_the_language_once_per_launch_with_the_same_results(monkeypatch):
+    """one_patch_per_launch: forward and backward under the interpreter give bitwise the
+    results of Triton's own helper calls, with far fewer language patches (each helper
+    once per launch, not at every call), and Triton's helper call is back afterwards."""
+    import torch
+
+    import safeattn
+    from safeattn.kernels import launch
+
+    if not launch.INTERPRET:
+        pytest.skip("a patch of the interpreter (TRITON_INTERPRET=1)")
+    assert interpreter_compat._helper_call_is_known(), "this Triton's helper call changed"
+    patches = []
+    real_patch = interpreter._patch_lang
+    monkeypatch.setattr(interpreter, "_patch_lang", lambda fn: patches.append(fn) or real_patch(fn))
+    original_call = interpreter.InterpretedFunction.__call__
+
+    def run():
+        g = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(2, 2, 40, 16, generator=g).requires_grad_() for _ in range(3))
+        k.data[0, 0, 5] = float("nan")  # an excluded key: the guarded redo launches too
+        mask = torch.arange(40)[None, :] >= torch.tensor([0, 6])[:, None]
+        out = safeattn.attention(q, k, v, causal=True, key_mask=mask)
+        out.backward(torch.ones_like(out))
+        return [t.detach().clone() for t in (out, q.grad, k.grad, v.grad)]
+
+    once = run()
+    patched_once = len(patches)
+    patches.clear()
+    monkeypatch.setattr(interpreter_compat, "_helper_call_is_known", lambda: False)
+    every_call = run()
+    patched_every_call = len(patches)
+    for a, b in zip(once, every_call, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+    assert patched_once * 5 < patched_every_call, (patched_once, patched_every_call)
+    assert interpreter.InterpretedFunction.__call__ is original_call

@@ -11,14 +11,16 @@ It patches the interpreter only, never compiled kernels, and only where the inte
 use still has the failing conversion.
 
 :func:`on_fresh_chunk` runs one interpreted launch where CPython's frame-chunk boundaries
-cannot slow it down (its note).
+cannot slow it down (its note), and :func:`one_patch_per_launch` without the interpreter
+re-patching ``triton.language`` at every helper call (its note).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -86,3 +88,58 @@ def on_fresh_chunk(call: Callable):
     _PyThreadState_BumpFramePointerSlow); on the room, 64 K and base's CPU time again.
     Where the caller sits on the stack no longer matters."""
     return _deep_room(ROOM_SLOTS)(call)
+
+
+# What InterpretedFunction.__call__ (a @triton.jit helper called from a kernel) runs, in
+# triton 3.6 to 3.9: the language patch, then the rewritten function.
+_HELPER_CALL = ("_patch_lang(self.fn)", "fn = self.rewrite()", "return fn(*args, **kwargs)")
+
+
+@functools.cache
+def _helper_call_is_known() -> bool:
+    try:
+        from triton.runtime import interpreter
+
+        source = inspect.getsource(interpreter.InterpretedFunction.__call__)
+    except (ImportError, AttributeError, OSError, TypeError):
+        return False
+    return all(line in source for line in _HELPER_CALL)
+
+
+@contextlib.contextmanager
+def one_patch_per_launch() -> Iterator[None]:
+    """Inside: each ``@triton.jit`` helper called from an interpreted kernel patches
+    ``triton.language`` at its first call only. Outside, and where the interpreter's helper
+    call is not the one known (:data:`_HELPER_CALL`), Triton's own behaviour.
+
+    Why: Triton patches the language modules a helper sees at every call of it, through
+    ``inspect.getmembers`` of four of them, and never undoes a helper's patch before the
+    launch ends; a second call of the same helper sets the same patches again. In
+    test_partial_tiles_in_half_steps[float_mask] that was 115,741 patches for one test
+    (cProfile: 52 of 220 s). Only our own launches (``launch._run``) enter this, so other
+    code's interpreted kernels keep Triton's behaviour."""
+    if not _helper_call_is_known():
+        yield
+        return
+    from triton.runtime import interpreter
+
+    cls = interpreter.InterpretedFunction
+    original = cls.__call__
+
+    patched: set[int] = set()  # the helpers (their Python functions) patched in this launch
+
+    def helper_call(self, *args, **kwargs):
+        if id(self.fn) not in patched:
+            interpreter._patch_lang(self.fn)
+            patched.add(id(self.fn))
+        fn = self.rewrite()
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            raise interpreter.InterpreterError(repr(exc)) from exc
+
+    cls.__call__ = helper_call
+    try:
+        yield
+    finally:
+        cls.__call__ = original

@@ -293,7 +293,8 @@ def _run(name: str, device: torch.device, fn, grid, args, kwargs: dict):
     as :func:`_launch_error_in_capture` names it. Returns the compiled kernel."""
     try:
         if INTERPRET:
-            return interpreter_compat.on_fresh_chunk(lambda: fn[grid](*args, **kwargs))
+            with interpreter_compat.one_patch_per_launch():
+                return interpreter_compat.on_fresh_chunk(lambda: fn[grid](*args, **kwargs))
         return fn[grid](*args, **kwargs)
     except Exception as exc:
         if _failed_in_capture(device, exc):
