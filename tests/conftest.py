@@ -58,27 +58,29 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # keeps it), so the short files fill both workers' ends. xdist's default order (most tests
 # first) started the asv/`make demo` files last, and one worker ran alone for minutes at
 # the end; so would the interpreter-heavy test_hopper and test_kernels started late. The
-# seconds: a `make test`-like run on 2 cores at load ~4, 2026-12-02 (the demo and gate
-# files after their cuts, run together).
+# seconds: `.ci/run` at 4fa6f7d (2 cores, 2026-12-03; the files' test times from its JUnit
+# report: 1,881 s in all, 962 s of pytest).
 LONG_FILES = (
-    "test_hopper.py",  # 913
-    "test_kernels.py",  # 621 with the family cases, which test_families now holds alone
-    "test_demo.py",  # 345 (make demo: its venv, then the CPU suites --quick)
-    "test_gate_e2e.py",  # 257 (asv on 4 commits)
-    "test_dashboard_browser.py",  # 194
-    "test_dropout.py",  # 192
-    "test_dbias.py",  # 163
-    "test_dashboard_app.py",  # 230 before the sample runs took a forkserver (-~80)
-    "test_blockmask.py",  # 135
-    "test_families.py",  # 118
-    # One real asv run (asv_helpers.asv_cpu_run, ~85 s) for both files, the first to ask runs
+    "test_hopper.py",  # 301
+    "test_demo.py",  # 262 (make demo: its venv, then the CPU suites --quick)
+    "test_kernels.py",  # 188
+    "test_dashboard_browser.py",  # 177
+    "test_gate_e2e.py",  # 133 (asv on 4 commits)
+    "test_dropout.py",  # 94
+    "test_blockmask.py",  # 84
+    "test_dbias.py",  # 80
+    "test_families.py",  # 76
+    "test_dashboard_app.py",  # 72
+    # One real asv run (asv_helpers.asv_cpu_run, ~70 s) for both files, the first to ask runs
     # it: far apart here, so that the other finds it done rather than waits for it.
-    "test_results.py",  # 96 with the run
-    "test_compile.py",  # 101
-    "test_aa.py",  # 84
-    "test_masked_benchmarks.py",  # 80
-    "test_multi_gpu.py",  # 61
-    "test_asv_suite.py",  # 35 without the run
+    "test_results.py",  # 83 with the run
+    "test_compile.py",  # 76
+    "test_aa.py",  # 54
+    "test_compiled_step.py",  # 31
+    "test_asv_suite.py",  # 29 without the run
+    "test_compose.py",  # 27
+    "test_multi_gpu.py",  # 24
+    "test_masked_benchmarks.py",  # 19
 )
 
 
