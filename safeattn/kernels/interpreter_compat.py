@@ -90,9 +90,10 @@ def on_fresh_chunk(call: Callable):
     return _deep_room(ROOM_SLOTS)(call)
 
 
-# What InterpretedFunction.__call__ (a @triton.jit helper called from a kernel) runs, in
-# triton 3.6 to 3.9: the language patch, then the rewritten function.
-_HELPER_CALL = ("_patch_lang(self.fn)", "fn = self.rewrite()", "return fn(*args, **kwargs)")
+# How Triton 3.6 to 3.9 patch the language for a launch (GridExecutor) and for a call of a
+# @triton.jit helper from a kernel (InterpretedFunction.__call__): through the module global
+# _patch_lang, which one_patch_per_launch replaces.
+_HELPER_CALL = "_patch_lang(self.fn)"
 
 
 @functools.cache
@@ -103,14 +104,15 @@ def _helper_call_is_known() -> bool:
         source = inspect.getsource(interpreter.InterpretedFunction.__call__)
     except (ImportError, AttributeError, OSError, TypeError):
         return False
-    return all(line in source for line in _HELPER_CALL)
+    return _HELPER_CALL in source
 
 
 @contextlib.contextmanager
 def one_patch_per_launch() -> Iterator[None]:
-    """Inside: each ``@triton.jit`` helper called from an interpreted kernel patches
-    ``triton.language`` at its first call only. Outside, and where the interpreter's helper
-    call is not the one known (:data:`_HELPER_CALL`), Triton's own behaviour.
+    """Inside: each ``@triton.jit`` function of an interpreted launch (the kernel, each
+    helper it calls) patches ``triton.language`` at its first call only. Outside, and where
+    the interpreter's helper call is not the one known (:data:`_HELPER_CALL`), Triton's own
+    behaviour.
 
     Why: Triton patches the language modules a helper sees at every call of it, through
     ``inspect.getmembers`` of four of them, and never undoes a helper's patch before the
@@ -123,23 +125,16 @@ def one_patch_per_launch() -> Iterator[None]:
         return
     from triton.runtime import interpreter
 
-    cls = interpreter.InterpretedFunction
-    original = cls.__call__
+    original = interpreter._patch_lang
+    scopes: dict[int, object] = {}  # per function patched in this launch, the scope it made
 
-    patched: set[int] = set()  # the helpers (their Python functions) patched in this launch
+    def patch_lang(fn):
+        if id(fn) not in scopes:
+            scopes[id(fn)] = original(fn)
+        return scopes[id(fn)]  # the launch restores its own scope; helpers drop theirs
 
-    def helper_call(self, *args, **kwargs):
-        if id(self.fn) not in patched:
-            interpreter._patch_lang(self.fn)
-            patched.add(id(self.fn))
-        fn = self.rewrite()
-        try:
-            return fn(*args, **kwargs)
-        except Exception as exc:
-            raise interpreter.InterpreterError(repr(exc)) from exc
-
-    cls.__call__ = helper_call
+    interpreter._patch_lang = patch_lang
     try:
         yield
     finally:
-        cls.__call__ = original
+        interpreter._patch_lang = original
