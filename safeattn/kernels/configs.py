@@ -93,6 +93,11 @@ _HOPPER_FORWARD: dict[int, list[KernelConfig]] = {
 # build: 288 B); M64-N64-w8-s2, without spills in all three, ran 1.5-2.2x slower than it at
 # every key of the H100's tune (docs/perf/tune_h100_2026-11-28.log), so it is not shipped.
 # M64-N128-w8-s2, which the tuner once took for the left-padded causal shape, spilled (16 B).
+# D=256 dQ M128-N32-w8-s3: 128 query rows in 8 warps hold the 128x256 fp32 accumulator at
+# half the registers per thread of M64-N64-w4-s2, which spilled 80 B; 32-key steps keep its
+# shared memory (229,400 B with triton 3.6) inside sm90's opt-in limit where M128-N64 does
+# not. It ran 733 us against 874 (bf16 causal N=4096, B=4, H=8; whole backward 2.207 against
+# 2.362 ms; H200, docs/perf/session_dq_tiles_2026-12-03/).
 # The other head dims' sweeps (D=64, D=256 causal) chose configs the portable lists already
 # hold first or second.
 # dK/dV M64-N128-w8-s3 (FlexAttention's backward tile): the dense NO_TAIL build
@@ -107,7 +112,8 @@ _HOPPER_BACKWARD: dict[str, dict[int, list[KernelConfig]]] = {
     "bwd_dkdv": {**_HALF["bwd_dkdv"],
                  128: [C(32, 64, 4, 3), C(32, 64, 4, 4), C(64, 128, 8, 3), C(64, 64, 4, 2)]},
     "bwd_dq": {**_HALF["bwd_dq"],
-               128: [C(64, 64, 4, 2), C(128, 64, 8, 4), C(128, 64, 8, 3), C(64, 32, 4, 3)]},
+               128: [C(64, 64, 4, 2), C(128, 64, 8, 4), C(128, 64, 8, 3), C(64, 32, 4, 3)],
+               256: [C(128, 32, 8, 3), *_HALF["bwd_dq"][256]]},
 }  # fmt: skip
 # The Hopper D=256 dK/dV as two launches (hopper.split_dkdv), D=256 only. Timed alone, each
 # its kernel (H200, bf16 N=4096, causal / dense / causal GQA 4, us; docs/perf/
@@ -181,8 +187,12 @@ _SMEM_NEEDED: dict[tuple[str, int, bool, bool, KernelConfig], int] = {
            ("bwd_dq", C(128, 64, 8, 1), 196_608),
        )
        for masked in (False, True)},
+    # The Hopper D=256 dQ M128-N32-w8-s3 (2026-12-03; the same plain figure with triton 3.6
+    # on the H200 and 3.9 in the audit): the block-mask builds are 8 KiB over sm90's limit.
+    ("bwd_dq", 256, False, False, C(128, 32, 8, 3)): 229_400,
+    ("bwd_dq", 256, False, True, C(128, 32, 8, 3)): 237_592,
 }  # fmt: skip
-# Dropout (HAS_DROPOUT) adds its Philox tile to the forward's shared memory: the configs the
+# Dropout (HAS_DROPOUT) adds its Philox tile to a kernel's shared memory: the configs the
 # audit found over sm80's or sm86/89's limit with it (triton 3.9, 2026-11-27, block-mask
 # variant; applied with or without a mask). Keyed by (kernel, head-dim bucket, fp32?, config).
 _SMEM_NEEDED_DROPOUT: dict[tuple[str, int, bool, KernelConfig], int] = {
@@ -193,6 +203,8 @@ _SMEM_NEEDED_DROPOUT: dict[tuple[str, int, bool, KernelConfig], int] = {
     # D <= 32 (bucket 32) was outside the asv grid's audit until the full one (2026-12-02,
     # triton 3.9): 114,688 bytes, over sm86/89's limit, fp16 and bf16.
     ("forward", 32, False, C(128, 128, 4, 3)): 114_688,
+    # The Hopper D=256 dQ (block-mask variant, triton 3.9, 2026-12-03), over sm90's limit.
+    ("bwd_dq", 256, False, C(128, 32, 8, 3)): 237_592,
 }  # fmt: skip
 
 
