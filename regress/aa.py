@@ -115,7 +115,7 @@ def check_pair(
         policy = load_policy(policy_path)
         # The gate first: it fails closed on corrupt files of these commits and resolves
         # prefixes, with its own messages.
-        report = gate.run_gate(results_dir, base, head, [machine], policy_path)
+        report = gate.run_gate(results_dir, base, head, [machine], policy_path, loaded)
         base, head = report.base, report.head
     except (ValueError, gate.GateDataError) as exc:
         raise AAInputError(str(exc)) from exc

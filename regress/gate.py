@@ -101,16 +101,20 @@ def run_gate(
     head: str,
     machines: Sequence[str] | None = None,
     policy_path: str | Path | None = None,
+    loaded: LoadedResults | None = None,
 ) -> GateReport:
-    """Load, resolve and compare; raise GateDataError for anything that must exit 2."""
+    """Load, resolve and compare; raise GateDataError for anything that must exit 2.
+    ``loaded``: ``load_results(results_dir)`` already read by a caller that gates several
+    pairs of the same directory (``regress.aa``), so that it is read once, not per pair."""
     try:
         policy = load_policy(policy_path)
     except ValueError as exc:
         raise GateDataError(str(exc)) from exc
-    try:
-        loaded = load_results(results_dir)
-    except FileNotFoundError as exc:
-        raise GateDataError(str(exc)) from exc
+    if loaded is None:
+        try:
+            loaded = load_results(results_dir)
+        except FileNotFoundError as exc:
+            raise GateDataError(str(exc)) from exc
 
     base_ref, head_ref = _git_sha_or_ref(base), _git_sha_or_ref(head)
     relevant, other = _split_problems(loaded, [base_ref, head_ref], machines)

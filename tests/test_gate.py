@@ -214,6 +214,28 @@ def test_argparse_usage_error_exits_2(capsys):
     assert exc.value.code == 2
 
 
+def test_a_preloaded_results_table_gives_the_same_report_without_reading_again(
+    toy, tmp_path, monkeypatch
+):
+    """run_gate(loaded=...): regress.aa gates many pairs of one directory and passes the
+    table it read once; the report is the one run_gate builds from the directory itself."""
+    from regress import gate as gate_module
+    from regress.results import load_results
+
+    results, shas = toy
+    copy = copy_results(results, tmp_path)
+    own = gate_module.run_gate(copy, shas["base"], shas["slow"])
+    loaded = load_results(copy)
+
+    def no_reading(_path):
+        raise AssertionError("run_gate read the results directory again")
+
+    monkeypatch.setattr(gate_module, "load_results", no_reading)
+    given = gate_module.run_gate(copy, shas["base"], shas["slow"], loaded=loaded)
+    assert (given.base, given.head, given.machines) == (own.base, own.head, own.machines)
+    assert given.rows.equals(own.rows) and given.exit_code == own.exit_code == 1
+
+
 def test_command_line_exit_codes(toy):
     """The real process exit status, as CI sees it."""
     results, shas = toy
