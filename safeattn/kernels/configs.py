@@ -93,11 +93,6 @@ _HOPPER_FORWARD: dict[int, list[KernelConfig]] = {
 # build: 288 B); M64-N64-w8-s2, without spills in all three, ran 1.5-2.2x slower than it at
 # every key of the H100's tune (docs/perf/tune_h100_2026-11-28.log), so it is not shipped.
 # M64-N128-w8-s2, which the tuner once took for the left-padded causal shape, spilled (16 B).
-# D=256 dQ M128-N32-w8-s3: 128 query rows in 8 warps hold the 128x256 fp32 accumulator at
-# half the registers per thread of M64-N64-w4-s2, which spilled 80 B; 32-key steps keep its
-# shared memory (229,400 B with triton 3.6) inside sm90's opt-in limit where M128-N64 does
-# not. It ran 733 us against 874 (bf16 causal N=4096, B=4, H=8; whole backward 2.207 against
-# 2.362 ms; H200, docs/perf/session_dq_tiles_2026-12-03/).
 # The other head dims' sweeps (D=64, D=256 causal) chose configs the portable lists already
 # hold first or second.
 # dK/dV M64-N128-w8-s3 (FlexAttention's backward tile): the dense NO_TAIL build
@@ -108,6 +103,11 @@ _HOPPER_FORWARD: dict[int, list[KernelConfig]] = {
 # build holds it without spills (128 B with the tail loop; 24 B in the GQA build), and it ran
 # 368 / 998 us against M32-N64-w4-s3's 407 / 1136 (bf16 causal N=1024, N=4096; H200,
 # session_no_tail_2026-11-29/). Both last, so no untuned call takes them.
+# D=256 dQ M128-N32-w8-s3: 128 query rows in 8 warps hold the 128x256 fp32 accumulator at
+# half the registers per thread of M64-N64-w4-s2, which spilled 80 B; 32-key steps keep its
+# shared memory (229,400 B with triton 3.6) inside sm90's opt-in limit where M128-N64 does
+# not. It ran 733 us against 874 (bf16 causal N=4096, B=4, H=8; whole backward 2.207 against
+# 2.362 ms; H200, docs/perf/session_dq_tiles_2026-12-03/).
 _HOPPER_BACKWARD: dict[str, dict[int, list[KernelConfig]]] = {
     "bwd_dkdv": {**_HALF["bwd_dkdv"],
                  128: [C(32, 64, 4, 3), C(32, 64, 4, 4), C(64, 128, 8, 3), C(64, 64, 4, 2)]},
