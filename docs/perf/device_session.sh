@@ -23,7 +23,8 @@
 #           (GQA_TREES=new: HEAD's only)
 #   probe   docs/perf/ws_forward_probe.py: one process per implementation, each under a
 #           timeout (a warp-specialised kernel that deadlocks must not stall the session)
-#   ncu     docs/perf/ncu_dense.py under Nsight Compute: forward, dK/dV, dQ of D=128 N=4096
+#   ncu     docs/perf/ncu_dense.py under Nsight Compute, once per ';'-separated argument list in
+#           $NCU_RUNS (default: safeattn's forward, dK/dV, dQ of D=128 N=4096), stall reasons
 #   suites  tools/gpu_history.sh 1 --same: $SUITES at HEAD (default SpeedSuite, LiveResourcesSuite,
 #           LiveBuildResourcesSuite, ModelStepSuite)
 #   live    docs/perf/live_builds_ptxas.py: every live build's resources under Triton's bundled
@@ -146,10 +147,24 @@ fi
 
 if want ncu; then
 step ncu
-timeout 300 ncu --profile-from-start off --section SpeedOfLight --section Occupancy \
-  --section WarpStateStats --section LaunchStats --section ComputeWorkloadAnalysis \
-  python3 docs/perf/ncu_dense.py >"$S/ncu.txt" 2>&1
-echo "ncu rc=$?"
+# NCU_RUNS: ';'-separated argument lists of ncu_dense.py, one profile each (ncu_<i>.txt); the
+# clocks left alone (the device notes' METHOD.md), the stall reasons printed per kernel.
+IFS=';' read -r -a runs <<<"${NCU_RUNS:-}"
+[ "${#runs[@]}" = 0 ] && runs=("")
+i=0
+for args in "${runs[@]}"; do
+  i=$((i + 1))
+  for stalls in 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' ''; do
+    # shellcheck disable=SC2086  # args is a word list
+    timeout "${NCU_S:-300}" ncu --profile-from-start off --clock-control none \
+      --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
+      --section ComputeWorkloadAnalysis ${stalls:+--metrics "$stalls"} \
+      python3 docs/perf/ncu_dense.py $args >"$S/ncu_$i.txt" 2>&1
+    rc=$?
+    echo "ncu $i ($args)${stalls:+ with stalls} rc=$rc"
+    [ "$rc" = 0 ] && break  # else once more without the stall metrics (a name ncu refused)
+  done
+done
 fi
 
 if want suites; then
