@@ -1,39 +1,27 @@
-"""Static sm90 (cross-compiled, no GPU): what the dense D=128 Hopper backward kernels' tile loops
-hold besides their matmuls: CTA-wide barriers (``bar.sync``), mbarrier waits, ``cp.async``
-waits, global loads, and the tensor-core waits (``wgmma.wait_group``), counted in the PTX of the
-loop's body; registers and spills beside them. A diagnostic for issue 13's closing note.
+"""What a kernel's tile loop holds besides its matmuls, counted per iteration in its PTX:
+CTA-wide barriers (``bar.sync``), mbarrier waits, ``cp.async`` waits, global loads, the
+tensor-core instructions and their waits (``wgmma``), and exponentials. The loop counted is the
+one holding the most ``wgmma.mma_async``. A diagnostic for issue 13's closing note.
 
-Why: under Nsight Compute on the H200 the top stall of both backward kernels is ``barrier``
-(warps waiting at a CTA barrier for the program's other warps; session_ncu_2026-12-03/). A
-barrier inside the loop keeps the program's two warpgroups in step, so one cannot run its
-exponentials while the other keeps the tensor cores busy (FlashAttention-3's ping-pong). This
-shows where those barriers come from: the builds are the ones the dense SpeedSuite calls launch
-(``NO_TAIL``, no mask, GQA off), the configs the H200's tuner chose there (LiveResourcesSuite).
+Why: under Nsight Compute on the H200 the top stall of the D = 128 backward kernels is
+``barrier`` (warps waiting at a CTA barrier for the program's other warps;
+session_ncu_2026-12-03/). A barrier inside the loop keeps the program's two warpgroups in step,
+so one cannot run its exponentials while the other keeps the tensor cores busy
+(FlashAttention-3's ping-pong). The PTX comes from ``live_static_sm90.py --ir``, which
+compiles a live build for sm90 exactly as the GPU call specialises it:
 
-    python docs/perf/loop_barriers_static_sm90.py [bwd_dkdv_tma:M64-N128-w8-s3 ...]
-
-Run it with the GPU's triton (3.6) for the builds that ran; the counts are per loop iteration
-of the innermost tile loop (the one holding the most ``wgmma.mma_async``).
+    python docs/perf/live_static_sm90.py dense --head-dim 128 --config bwd_dkdv=64,128,8,3 \\
+        --config bwd_dq=128,64,8,4 --kernel _bwd_dkdv --kernel _bwd_dq --ir /tmp/ir
+    python docs/perf/loop_barriers_static_sm90.py /tmp/ir/*.ptx
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
+from pathlib import Path
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-
-import torch
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-
-from safeattn import audit
-from safeattn.kernels.configs import KernelConfig
-
-DEFAULT = ["bwd_dkdv_tma:M64-N128-w8-s3", "bwd_dq_tma:M128-N64-w8-s4", "bwd_dq_tma:M64-N64-w4-s2"]
 COUNTED = {
     "bar.sync": r"\bbar\.sync\b",
     "mbarrier wait": r"mbarrier\.try_wait",
@@ -43,52 +31,31 @@ COUNTED = {
     "wgmma": r"wgmma\.mma_async",
     "ex2": r"ex2\.approx",
 }
-
-
-def build(spec: str):
-    """Compile one ``kernel:config`` as the dense D=128 bf16 call launches it."""
-    kname, cfg = spec.split(":")
-    m, n, w, s = (int(x[1:]) for x in cfg.split("-"))
-    cfg = KernelConfig(m, n, w, s)
-    fn = audit._kernel_fn(kname)
-    cx = audit._constexprs(kname, cfg, torch.bfloat16, 128, "causal")
-    cx.update(HAS_WINDOW_RIGHT=False, BOTTOM_RIGHT=False, NO_TAIL=True)
-    if "dkdv" in kname:
-        cx.update(GQA=False, GROUP=1)
-    sig, consts, attrs = audit._signature(fn, torch.bfloat16, "causal", cx, 128)
-    src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
-    return triton.compile(
-        src, target=GPUTarget("cuda", 90, 32), options={"num_warps": w, "num_stages": s}
-    )
+LABEL = re.compile(r"^(\$L__BB\d+_\d+):")
+BACK_BRANCH = re.compile(r"\bbra(?:\.uni)?\s+(\$L__BB\d+_\d+);")
 
 
 def loop_bodies(ptx: str) -> list[str]:
-    """The PTX of each natural loop: from a label that a later branch jumps back to, to that
-    branch."""
+    """The PTX of each loop: from a label that a later branch jumps back to, to that branch."""
     lines = ptx.splitlines()
-    labels = {
-        m.group(1): i
-        for i, line in enumerate(lines)
-        if (m := re.match(r"^(\$L__BB\d+_\d+):", line))
-    }
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := LABEL.match(line))}
     bodies = []
     for i, line in enumerate(lines):
-        m = re.search(r"\bbra(?:\.uni)?\s+(\$L__BB\d+_\d+);", line)
+        m = BACK_BRANCH.search(line)
         if m and m.group(1) in labels and labels[m.group(1)] < i:
             bodies.append("\n".join(lines[labels[m.group(1)] : i + 1]))
     return bodies
 
 
-def main(specs: list[str]) -> None:
-    print(f"# triton {triton.__version__}, sm90, bf16, D=128, dense NO_TAIL builds")
-    for spec in specs:
-        k = build(spec)
-        regs, stack = audit._regs_and_stack(k.asm["cubin"])
-        body = max(loop_bodies(k.asm["ptx"]), key=lambda b: len(re.findall(COUNTED["wgmma"], b)))
+def main(paths: list[str]) -> None:
+    for path in paths:
+        bodies = loop_bodies(Path(path).read_text())
+        body = max(bodies, key=lambda b: len(re.findall(COUNTED["wgmma"], b)), default="")
         counts = {name: len(re.findall(rx, body)) for name, rx in COUNTED.items()}
-        print(json.dumps(dict(build=spec, registers=regs, spilled=stack, shared=k.metadata.shared,
-                              per_iteration=counts)))  # fmt: skip
+        print(json.dumps(dict(ptx=Path(path).name, per_iteration=counts)))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or DEFAULT)
+    if len(sys.argv) < 2:
+        raise SystemExit(__doc__)
+    main(sys.argv[1:])
