@@ -202,6 +202,18 @@ def _dkdv_step(
     the Q and dO tiles through DescQ/DescdO at (q_b, q_h, start_m), out-of-bounds read as 0
     as the masked loads give (forward.py's ``_fwd_step``). PART (``_bwd_dkdv``): 0 both,
     1 dV alone (no dP, dS), 2 dK alone (no P^T dO)."""
+    # NOTE: PAIRED — the plain steps load each row's LSE and delta in one load, a (BLOCK_M, 2)
+    # tile of pointers into both, which Triton's pipeliner brings by one cp.async a stage
+    # ahead where it brought two. Measured on the H200 (session_pairs_2026-12-03): Hopper
+    # D = 64 causal backward 6-10 % faster (bf16; GQA 4 too), the dense ones 0.3-3 % slower
+    # (GQA 4: 7 more registers), hence only in calls with masked steps (a window, causal, a
+    # mask). Not with FOLD_DELTA: delta then feeds only dP's accumulator, which the pipeliner
+    # does not prefetch for, and paired it did (D = 128: 20+ more registers, spills in the
+    # causal builds, wgmma serialised at M64-N64-w4-s2, dense backward 5-19 % slower). Nor in
+    # the guarded redo, which runs rarely and spilled paired (D = 64 causal: 8 B).
+    PAIRED: tl.constexpr = (not (FOLD_DELTA or GUARD)) and (
+        HAS_WINDOW_LEFT or HAS_WINDOW_RIGHT or HAS_KEY_MASK or MASK_KIND != 0
+    )
     mask_d = offs_d < head_dim
     offs_m = start_m + offs_m0
     if USE_TMA:
@@ -230,6 +242,9 @@ def _dkdv_step(
             # NOTE: empty rows (module docstring).
             q = tl.where(live[:, None], q, 0.0)
             do = tl.where(live[:, None], do, 0.0)
+    elif PAIRED:
+        pair = tl.load(tl.join(lse_base + offs_m * stride_lm, delta_base + offs_m * stride_lm))
+        lse2, delta = tl.split(pair)
     else:
         lse2 = tl.load(lse_base + offs_m * stride_lm)
         delta = tl.load(delta_base + offs_m * stride_lm)
