@@ -160,10 +160,7 @@ def _signature(fn, dtype: torch.dtype, variant: str, constexprs: dict, head_dim:
     return signature, consts, attrs
 
 
-def _constexprs(
-    kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: int, variant: str,
-    capability: int = 90,
-):  # fmt: skip
+def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: int, variant: str):
     masked, base = variant in _MASKED_VARIANTS, kernel.removesuffix("_tma")  # _tma: same kernel
     half = dtype != torch.float32  # fp16/bf16
     if base == "bwd_preprocess":
@@ -188,8 +185,7 @@ def _constexprs(
         # the dK/dV kernel's GQA loop (GROUP: the group argument's value; fp32 has none:
         # passes._per_query_head); the guarded second launches (GUARD=True) are the same tiles
         **({"GQA": half, "GROUP": _representative_value("group", head_dim) if half else 1,
-            "FOLD_DELTA": hopper.fold_delta(kernel in _TMA_KERNELS, head_dim),
-            "PAIR_STATS": capability // 10 == 9}  # hopper.pair_stats on that GPU
+            "FOLD_DELTA": hopper.fold_delta(kernel in _TMA_KERNELS, head_dim)}
            if base in ("bwd_dkdv", *configs.SPLIT_PARTS) else {}),
         **({"PART": configs.SPLIT_PARTS[base]} if base in configs.SPLIT_PARTS else {}),
         **({"HAS_DBIAS": variant == "dbias"} if base == "bwd_dq" else {}),
@@ -231,7 +227,7 @@ def audit_one(
     from triton.compiler import ASTSource
 
     fn = _kernel_fn(kernel)
-    cx = _constexprs(kernel, cfg, dtype, head_dim, variant, arch.capability)
+    cx = _constexprs(kernel, cfg, dtype, head_dim, variant)
     signature, consts, attrs = _signature(fn, dtype, variant, cx, head_dim)
     src = ASTSource(fn=fn, signature=signature, constexprs=consts, attrs=attrs)
     row = dict(kernel=kernel, arch=arch.name, dtype=_DTYPE_NAMES[dtype], head_dim=head_dim,

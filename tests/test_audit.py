@@ -181,23 +181,6 @@ def test_audit_flags_a_config_over_the_limit():
     assert row.shared_bytes > row.smem_limit and not row.fits
 
 
-def test_the_dkdv_kernel_compiles_for_every_architecture_with_its_pair_rule():
-    """``hopper.pair_stats``: the dK/dV kernel loads the LSE and delta as one pair on sm90
-    alone; Triton 3.9 failed to compile the pair for sm80/86/89 (2026-12-03). One causal
-    fp16 build per architecture, compiled afresh with this Triton."""
-    cfg = KernelConfig(32, 64, 4, 2)
-    for arch in ARCHS.values():
-        cx = audit._constexprs("bwd_dkdv", cfg, torch.float16, 64, "causal", arch.capability)
-        assert cx["PAIR_STATS"] is (arch.name == "sm90"), arch
-    rows = audit.audit(
-        kernels=["bwd_dkdv"], dtypes=[torch.float16], head_dims=[64], variants=["causal"],
-        workers=2, configs_override=[cfg],
-    )  # fmt: skip
-    assert sorted(r.arch for r in rows) == sorted(ARCHS)
-    for r in rows:
-        assert not r.error and r.registers > 0, r
-
-
 def test_dropout_needs_are_known_to_the_config_choice():
     """Dropout's Philox tile adds shared memory to the forward: a config that fits sm86 with a
     block mask does not with dropout, so candidates() must drop it (the audit found it over)."""

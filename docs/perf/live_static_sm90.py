@@ -82,10 +82,8 @@ def main() -> None:
     from triton.runtime import jit
 
     from safeattn import audit
-    from safeattn.kernels import configs, hopper
+    from safeattn.kernels import configs
 
-    # The host's sm90-only choices, as a GPU of --arch makes them (this runs on the CPU).
-    hopper.pair_stats = lambda device: a.arch // 10 == 9
     chosen = {}
     for item in a.config:
         name, tile = item.split("=")

@@ -121,19 +121,6 @@ def fold_delta(tma: bool, block_d: int) -> bool:
     return tma and block_d == 128
 
 
-def pair_stats(device: torch.device) -> bool:
-    """Whether the dK/dV kernel's plain steps in calls with masked steps may load each row's
-    LSE and delta as one pair (``backward._dkdv_step``'s PAIRED note): on a GPU of compute
-    capability 9.x, where it was measured (H200, docs/perf/session_pairs_2026-12-03: D = 64
-    causal backward 0.90x the time), and under the CPU interpreter, so that the tests run the
-    paired loads. Not on sm80/86/89: never measured there, and Triton 3.9 fails to compile it
-    for them (the audit of 2026-12-03)."""
-    if device.type != "cuda":
-        return True
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return _capability(index)[0] == 9
-
-
 HALF_PARTIAL_ROWS = 64
 
 
