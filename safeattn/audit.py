@@ -160,7 +160,10 @@ def _signature(fn, dtype: torch.dtype, variant: str, constexprs: dict, head_dim:
     return signature, consts, attrs
 
 
-def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: int, variant: str):
+def _constexprs(
+    kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: int, variant: str,
+    capability: int = 90,
+):  # fmt: skip
     masked, base = variant in _MASKED_VARIANTS, kernel.removesuffix("_tma")  # _tma: same kernel
     half = dtype != torch.float32  # fp16/bf16
     if base == "bwd_preprocess":
@@ -185,7 +188,8 @@ def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: in
         # the dK/dV kernel's GQA loop (GROUP: the group argument's value; fp32 has none:
         # passes._per_query_head); the guarded second launches (GUARD=True) are the same tiles
         **({"GQA": half, "GROUP": _representative_value("group", head_dim) if half else 1,
-            "FOLD_DELTA": hopper.fold_delta(kernel in _TMA_KERNELS, head_dim)}
+            "FOLD_DELTA": hopper.fold_delta(kernel in _TMA_KERNELS, head_dim),
+            "PAIR_STATS": hopper.pairs(capability, cfg)}
            if base in ("bwd_dkdv", *configs.SPLIT_PARTS) else {}),
         **({"PART": configs.SPLIT_PARTS[base]} if base in configs.SPLIT_PARTS else {}),
         **({"HAS_DBIAS": variant == "dbias"} if base == "bwd_dq" else {}),
@@ -227,7 +231,7 @@ def audit_one(
     from triton.compiler import ASTSource
 
     fn = _kernel_fn(kernel)
-    cx = _constexprs(kernel, cfg, dtype, head_dim, variant)
+    cx = _constexprs(kernel, cfg, dtype, head_dim, variant, arch.capability)
     signature, consts, attrs = _signature(fn, dtype, variant, cx, head_dim)
     src = ASTSource(fn=fn, signature=signature, constexprs=consts, attrs=attrs)
     row = dict(kernel=kernel, arch=arch.name, dtype=_DTYPE_NAMES[dtype], head_dim=head_dim,

@@ -7,7 +7,7 @@ head dim × variant on one architecture) is a function of
 - the kernel sources and the config tables (``kernels/forward.py``, ``kernels/backward.py``,
   ``kernels/configs.py``, the block-mask tile size in ``blockmask.py``), and the Hopper
   path's rules that set some of their constants (``kernels/hopper.py``: ``fold_delta``,
-  ``split_dkdv``, ``half_partial``),
+  ``split_dkdv``, ``half_partial``, ``pairs``),
 - the architecture list and its limits (``gpu_limits.py``),
 - the way the audit specialises and compiles (``audit.py``),
 - the compiler: the Triton version (its wheel carries ptxas; ``TRITON_PTXAS_PATH`` too,

@@ -181,6 +181,29 @@ def test_audit_flags_a_config_over_the_limit():
     assert row.shared_bytes > row.smem_limit and not row.fits
 
 
+def test_the_dkdv_kernel_compiles_for_every_architecture_with_its_pair_rule():
+    """``hopper.pairs``: the dK/dV kernel loads the LSE and delta as one pair on sm90 at 64
+    keys and 3 stages or more; Triton 3.9 failed to compile the pair for sm80/86/89 and for
+    sm90's 32-key D = 256 tiles (2026-12-03). A causal fp16 build per architecture at D = 64
+    with a tile sm90 pairs, and sm90's at D = 256 with 32 keys, compiled afresh with this
+    Triton."""
+    cfg, cfg_256 = KernelConfig(64, 64, 4, 3), KernelConfig(64, 32, 4, 3)
+    for arch in ARCHS.values():
+        cx = audit._constexprs("bwd_dkdv", cfg, torch.float16, 64, "causal", arch.capability)
+        assert cx["PAIR_STATS"] == (arch.name == "sm90"), arch
+    assert not audit._constexprs("bwd_dkdv", cfg_256, torch.float16, 256, "causal")["PAIR_STATS"]
+    rows = audit.audit(
+        kernels=["bwd_dkdv"], dtypes=[torch.float16], head_dims=[64], variants=["causal"],
+        workers=2, configs_override=[cfg],
+    ) + audit.audit(
+        archs=["sm90"], kernels=["bwd_dkdv", "bwd_dkdv_tma"], dtypes=[torch.float16],
+        head_dims=[256], variants=["causal"], workers=2, configs_override=[cfg_256],
+    )  # fmt: skip
+    assert sorted(r.arch for r in rows) == sorted([*ARCHS, "sm90", "sm90"])
+    for r in rows:
+        assert not r.error and r.registers > 0, r
+
+
 def test_dropout_needs_are_known_to_the_config_choice():
     """Dropout's Philox tile adds shared memory to the forward: a config that fits sm86 with a
     block mask does not with dropout, so candidates() must drop it (the audit found it over)."""

@@ -219,6 +219,59 @@ def test_the_dkdv_fold_agrees(name, dtype, device, on_gpu, monkeypatch):
     _check_agreement(q, k, v, kw, monkeypatch)
 
 
+def test_the_stats_pair_only_where_measured_and_under_the_interpreter(monkeypatch):
+    """``hopper.pairs``: the dK/dV kernel's paired LSE/delta load on sm90 at 64 keys or more
+    and 3 stages or more, where it was measured faster; never on sm80/86/89, nor at sm90's
+    32-key (D = 256) or two-stage tiles. ``pair_stats``: always under the interpreter (so
+    these tests run it), else the rule for the device's capability."""
+    c = configs.KernelConfig
+    paired = [c(64, 64, 4, 3), c(32, 64, 4, 3), c(32, 128, 4, 3), c(64, 128, 8, 3)]
+    apart = [c(32, 64, 4, 2), c(64, 64, 4, 2), c(64, 32, 4, 3), c(32, 32, 4, 2)]
+    for capability in (80, 86, 89, 90):
+        for cfg in paired + apart:
+            assert hopper.pairs(capability, cfg) == (capability == 90 and cfg in paired), cfg
+    assert all(hopper.pair_stats(torch.device("cpu"), cfg) for cfg in apart)
+    for capability, on in (((8, 0), False), ((8, 9), False), ((9, 0), True)):
+        monkeypatch.setattr(hopper, "_capability", lambda index, c=capability: c)
+        assert hopper.pair_stats(torch.device("cuda", 0), paired[0]) == on, capability
+        assert not hopper.pair_stats(torch.device("cuda", 0), apart[0]), capability
+
+
+PAIRED_CASES = {
+    "causal": {"causal": True},
+    "window": {"window": (70, 0)},
+    "leftpad_causal": {"causal": True, "key_mask": "leftpad"},
+}
+
+
+@pytest.mark.parametrize("name", list(PAIRED_CASES))
+def test_the_paired_stats_agree(name, device, on_gpu, monkeypatch):
+    """The dK/dV kernel's plain steps with each row's LSE and delta as one load
+    (``hopper.pair_stats``) or as two: the same values, so the interpreter gives the same
+    bits on both paths, with NaN in one key row and Inf in one value row too. 160 rows: the
+    interpreter's 32 x 16 tiles wholly inside the causal triangle and the window are the
+    plain steps that pair. GPU: the reference, with the pairing the GPU chooses."""
+    b, h, n = pick(on_gpu, (1, 2, 160), (2, 16, 1000))
+    q, k, v = rand_qkv(b, h, h, n, n, 32, torch.bfloat16, device, seed=3)
+    kw = dict(PAIRED_CASES[name])
+    if kw.get("key_mask") == "leftpad":
+        pad = torch.arange(b) * (n // 3)
+        kw["key_mask"] = (torch.arange(n)[None, :] >= pad[:, None]).to(device)
+    if on_gpu:
+        check_against_reference(q, k, v, **kw)
+        return
+    k2, v2 = k.clone(), v.clone()
+    k2[0, :, 7], v2[-1, :, 11] = math.nan, math.inf
+    for kk, vv in ((k, v), (k2, v2)):
+        for mode in ("0", "1"):
+            paired = _fwd_bwd(q, kk, vv, mode, monkeypatch, **kw)
+            with monkeypatch.context() as m:
+                m.setattr(hopper, "pair_stats", lambda device, cfg: False)
+                apart = _fwd_bwd(q, kk, vv, mode, monkeypatch, **kw)
+            for a, b in zip(paired, apart, strict=True):
+                torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+
 def _check_agreement(q, k, v, kw, monkeypatch):
     """The portable and the Hopper path under the interpreter, clean and with NaN in one key
     row and Inf in one value row (with a key mask, in a padding key too): bit for bit with

@@ -195,6 +195,7 @@ def _dkdv_step(
     dropout_p,
     HAS_DROPOUT: tl.constexpr,
     FOLD_DELTA: tl.constexpr,
+    PAIR_STATS: tl.constexpr,
     PART: tl.constexpr = 0,
 ):
     """One query block [start_m, start_m + BLOCK_M) into dK, dV. MASKED=False is the plain
@@ -202,6 +203,21 @@ def _dkdv_step(
     the Q and dO tiles through DescQ/DescdO at (q_b, q_h, start_m), out-of-bounds read as 0
     as the masked loads give (forward.py's ``_fwd_step``). PART (``_bwd_dkdv``): 0 both,
     1 dV alone (no dP, dS), 2 dK alone (no P^T dO)."""
+    # NOTE: PAIRED — the plain steps load each row's LSE and delta in one load, a (BLOCK_M, 2)
+    # tile of pointers into both, which Triton's pipeliner brings by one cp.async a stage
+    # ahead where it brought two. Measured on the H200 (session_pairs_2026-12-03): Hopper
+    # D = 64 causal backward 6-10 % faster (bf16; GQA 4 too), the dense ones 0.3-3 % slower
+    # (GQA 4: 7 more registers), hence only in calls with masked steps (a window, causal, a
+    # mask). Not with FOLD_DELTA: delta then feeds only dP's accumulator, which the pipeliner
+    # does not prefetch for, and paired it did (D = 128: 20+ more registers, spills in the
+    # causal builds, wgmma serialised at M64-N64-w4-s2, dense backward 5-19 % slower). Nor in
+    # the guarded redo, which runs rarely and spilled paired (D = 64 causal: 8 B). PAIR_STATS:
+    # the host's per-config rule (hopper.pair_stats: the GPU, BLOCK_N, the stages).
+    PAIRED: tl.constexpr = (
+        PAIR_STATS
+        and (not (FOLD_DELTA or GUARD))
+        and (HAS_WINDOW_LEFT or HAS_WINDOW_RIGHT or HAS_KEY_MASK or MASK_KIND != 0)
+    )
     mask_d = offs_d < head_dim
     offs_m = start_m + offs_m0
     if USE_TMA:
@@ -230,6 +246,9 @@ def _dkdv_step(
             # NOTE: empty rows (module docstring).
             q = tl.where(live[:, None], q, 0.0)
             do = tl.where(live[:, None], do, 0.0)
+    elif PAIRED:
+        pair = tl.load(tl.join(lse_base + offs_m * stride_lm, delta_base + offs_m * stride_lm))
+        lse2, delta = tl.split(pair)
     else:
         lse2 = tl.load(lse_base + offs_m * stride_lm)
         delta = tl.load(delta_base + offs_m * stride_lm)
@@ -381,6 +400,7 @@ def _dkdv_inner(
     UPCAST_DOT: tl.constexpr,
     rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT: tl.constexpr,
     FOLD_DELTA: tl.constexpr,
+    PAIR_STATS: tl.constexpr,
     heads=1, stride_qh=0, stride_doh=0, stride_lh=0, stride_amh=0, rng_head=0,
     HEADS: tl.constexpr = False,
     PART: tl.constexpr = 0,
@@ -414,7 +434,7 @@ def _dkdv_inner(
             stride_amm, stride_amn, MASKED, GUARD, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT,
             HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
             rng_seed, rng_base + g64 * rng_head, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
-            PART,
+            PAIR_STATS, PART,
         )  # fmt: skip
     return dk, dv
 
@@ -442,6 +462,7 @@ def _dkdv_head(
     UPCAST_DOT: tl.constexpr,
     rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT: tl.constexpr,
     FOLD_DELTA: tl.constexpr,
+    PAIR_STATS: tl.constexpr,
     heads=1, stride_qh=0, stride_doh=0, stride_lh=0, stride_amh=0, rng_head=0,
     HEADS: tl.constexpr = False,
     NO_TAIL: tl.constexpr = False,
@@ -478,7 +499,8 @@ def _dkdv_head(
             stride_kmn, stride_amm, stride_amn, False, GUARD, True, SPARSE_Q, HAS_WINDOW_LEFT,
             HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_M, EVEN_D, USE_TMA,
             DOT_PRECISION, UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA, PART=PART,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA, PAIR_STATS,
+            PART=PART,
         )  # fmt: skip
         dk, dv = _dkdv_inner(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base, km_base, am_base,
@@ -488,7 +510,8 @@ def _dkdv_head(
             stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD, True, SPARSE_Q,
             HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, PART_M, False,
             USE_TMA, DOT_PRECISION, UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA, PART=PART,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA, PAIR_STATS,
+            PART=PART,
         )  # fmt: skip
     else:
         # NOTE: a masked range that is empty in every program is not compiled: its live
@@ -525,7 +548,7 @@ def _dkdv_head(
                     stride_kmn, stride_amm, stride_amn, True, GUARD, False, SPARSE_Q,
                     HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP,
                     BLOCK_M, False, USE_TMA, DOT_PRECISION, UPCAST_DOT,
-                    rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
+                    rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA, PAIR_STATS,
                     heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS, PART,
                     n_head, full_hi - lo - n_head * BLOCK_M, True,
                 )  # fmt: skip
@@ -538,7 +561,7 @@ def _dkdv_head(
                     stride_kmn, stride_amm, stride_amn, True, GUARD, False, SPARSE_Q,
                     HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP,
                     BLOCK_M, False, USE_TMA, DOT_PRECISION, UPCAST_DOT,
-                    rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
+                    rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA, PAIR_STATS,
                     heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS, PART,
                 )  # fmt: skip
         dk, dv = _dkdv_inner(
@@ -549,7 +572,7 @@ def _dkdv_head(
             stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, False, GUARD,
             False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
             HAS_SOFTCAP, BLOCK_M, EVEN_D, USE_TMA, DOT_PRECISION, UPCAST_DOT,
-            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
+            rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA, PAIR_STATS,
             heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS, PART,
         )  # fmt: skip
         if not NO_TAIL and not ONE_MASKED:
@@ -561,7 +584,7 @@ def _dkdv_head(
                 stride_dom, stride_dod, stride_lm, stride_kmn, stride_amm, stride_amn, True, GUARD,
                 False, SPARSE_Q, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND,
                 HAS_SOFTCAP, BLOCK_M, False, USE_TMA, DOT_PRECISION, UPCAST_DOT,
-                rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
+                rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA, PAIR_STATS,
                 heads, stride_qh, stride_doh, stride_lh, stride_amh, rng_head, HEADS, PART,
             )  # fmt: skip
     return dk, dv
@@ -616,6 +639,7 @@ def _bwd_dkdv(
     USE_TMA: tl.constexpr = False,  # the Hopper path (kernels/hopper.py)
     HAS_DROPOUT: tl.constexpr = False,  # the forward's dropout (forward._kept), regenerated
     FOLD_DELTA: tl.constexpr = False,  # _dkdv_step's register note (passes.backward sets it)
+    PAIR_STATS: tl.constexpr = False,  # _dkdv_step's PAIRED note (passes.backward sets it)
     NO_TAIL: tl.constexpr = False,  # no trailing masked query block: _dkdv_head's note
     PART: tl.constexpr = 0,  # 0: dK and dV; 1: dV alone; 2: dK alone (the docstring's split)
     GROUP: tl.constexpr = 1,  # ``group`` as a launch constant (dense GQA's flat loop)
@@ -668,6 +692,7 @@ def _bwd_dkdv(
                         HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP,
                         SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D,
                         DOT_PRECISION, UPCAST_DOT, GQA, GUARD, USE_TMA, HAS_DROPOUT, FOLD_DELTA,
+                        PAIR_STATS,
                         NO_TAIL, PART, GROUP,
                     )  # fmt: skip
     else:
@@ -694,7 +719,8 @@ def _bwd_dkdv(
             stride_sih, stride_sir, heads_kv, group, seq_q, seq_k, window_left, window_right,
             head_dim, IS_VARLEN, BOTTOM_RIGHT, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, HAS_KEY_MASK,
             MASK_KIND, HAS_SOFTCAP, SPARSE, SPARSE_Q, SPARSE_K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D,
-            DOT_PRECISION, UPCAST_DOT, GQA, GUARD, USE_TMA, HAS_DROPOUT, FOLD_DELTA, NO_TAIL, PART,
+            DOT_PRECISION, UPCAST_DOT, GQA, GUARD, USE_TMA, HAS_DROPOUT, FOLD_DELTA, PAIR_STATS,
+            NO_TAIL, PART,
             GROUP,
         )  # fmt: skip
 
@@ -715,7 +741,8 @@ def _dkdv_program(
     tl.constexpr, SPARSE_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D:
     tl.constexpr, EVEN_D: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, GQA:
     tl.constexpr, GUARD: tl.constexpr, USE_TMA: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-    FOLD_DELTA: tl.constexpr, NO_TAIL: tl.constexpr, PART: tl.constexpr, GROUP: tl.constexpr,
+    FOLD_DELTA: tl.constexpr, PAIR_STATS: tl.constexpr, NO_TAIL: tl.constexpr, PART: tl.constexpr,
+    GROUP: tl.constexpr,
 ):  # fmt: skip
     """One program of ``_bwd_dkdv``: key block ``pid_n`` of the (b, h_kv) pair ``pid_bh``; the
     other arguments are the kernel's."""
@@ -803,7 +830,7 @@ def _dkdv_program(
                 HAS_WINDOW_LEFT,
                 HAS_WINDOW_RIGHT, HAS_KEY_MASK, MASK_KIND, HAS_SOFTCAP, BLOCK_M, BLOCK_N, EVEN_D,
                 USE_TMA, DOT_PRECISION, UPCAST_DOT,
-                rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA,
+                rng_seed, rng_base, rng_stride, dropout_p, HAS_DROPOUT, FOLD_DELTA, PAIR_STATS,
                 GROUP, stride_qh, stride_doh, stride_lh, stride_amh, seq_q * rng_stride, FLAT,
                 NO_TAIL, PART,
             )  # fmt: skip

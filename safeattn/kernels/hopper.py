@@ -32,6 +32,8 @@ import os
 
 import torch
 
+from .configs import KernelConfig
+
 ENV = "SAFEATTN_TMA"
 _SETTINGS = ("auto", "0", "1")
 _ALIGN = 16  # bytes: TMA's alignment for the global base address and every non-unit stride
@@ -119,6 +121,29 @@ def fold_delta(tma: bool, block_d: int) -> bool:
     logits. With both folded, D = 64, the portable path and D = 256 spilled as much or more;
     delta alone has been checked at D = 128 only."""
     return tma and block_d == 128
+
+
+def pairs(capability: int, cfg: KernelConfig) -> bool:
+    """Whether the dK/dV kernel's plain steps, in calls with masked steps, load each row's LSE
+    and delta as one pair (``backward._dkdv_step``'s PAIRED note) with ``cfg`` on a GPU of
+    ``capability`` (90 = sm90). Only where it was measured faster, on the H200
+    (docs/perf/session_pairs_land_2026-12-03): compute capability 9.x, tiles of 64 keys or
+    more (the ones whose dots are wgmma's) pipelined in 3 stages or more. D = 64 causal
+    backward 0.91x the time at M64-N64-w4-s3; at M32-N64-w4-s2 1-2 % slower (fp16 causal,
+    the bool mask, the window), hence the stages. Triton 3.9 fails to compile the pair into
+    the mma v2 lowering (an assertion in TritonGPUAccelerateMatmul), which sm80/86/89 and
+    sm90's 32-key tiles (D = 256) take."""
+    return capability // 10 == 9 and cfg.block_n >= 64 and cfg.num_stages >= 3
+
+
+def pair_stats(device: torch.device, cfg: KernelConfig) -> bool:
+    """:func:`pairs` for a launch with ``cfg`` on ``device``. Under the CPU interpreter
+    always, so that the tests run the paired loads."""
+    if device.type != "cuda":
+        return True
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    major, minor = _capability(index)
+    return pairs(10 * major + minor, cfg)
 
 
 HALF_PARTIAL_ROWS = 64

@@ -191,6 +191,13 @@ def _constexprs(meta: Meta, dtype: torch.dtype, cfg: KernelConfig) -> dict:
     )
 
 
+def _kwargs(meta: Meta, dtype: torch.dtype, cfg: KernelConfig, extra: dict) -> dict:
+    """The constexprs of one launch with ``cfg``: the problem's, then ``extra``'s, where a
+    value that is a function (of the config: ``hopper.pair_stats``) is called with ``cfg``."""
+    own = {name: value(cfg) if callable(value) else value for name, value in extra.items()}
+    return {**_constexprs(meta, dtype, cfg), **own}
+
+
 def _record(name: str, cfg: KernelConfig, compiled, source: str) -> None:
     """Remember what the launch of ``name`` with ``cfg`` uses (:func:`launched_kernels`)."""
     _LAUNCHED[name] = KernelResources(
@@ -260,12 +267,13 @@ def per_config(args: Callable[[KernelConfig], tuple]) -> Callable[[KernelConfig]
 def _launch(name, fn, grid, args, meta, dtype, device, seq_q, seq_k, extra=None):
     """Choose a config for ``fn`` (see the module docstring) and launch it; returns it.
     ``args``: the arguments, or a function of the config returning them (the Hopper path's
-    descriptors carry the tile shape). ``extra``: constexprs of this kernel alone (GQA)."""
+    descriptors carry the tile shape). ``extra``: constexprs of this kernel alone (GQA), or
+    functions of the config that give them (:func:`_kwargs`)."""
     extra = extra or {}
     args_of = args if callable(args) else lambda c: args
     if INTERPRET or device.type != "cuda":
         cfg = configs.interpreter_config(name)
-        _run(name, device, fn, grid(cfg), args_of(cfg), {**_constexprs(meta, dtype, cfg), **extra})
+        _run(name, device, fn, grid(cfg), args_of(cfg), _kwargs(meta, dtype, cfg, extra))
         return cfg
     key = launch_key(name, dtype, meta, seq_q, seq_k, extra)
     gpu_names = _gpu_names(
@@ -282,7 +290,7 @@ def _launch(name, fn, grid, args, meta, dtype, device, seq_q, seq_k, extra=None)
         _CHOSEN[memo], _SOURCES[memo] = cfg, source
         if source == "tuned":
             _TIMINGS[memo] = timings
-    kwargs = {**_constexprs(meta, dtype, cfg), **extra}
+    kwargs = _kwargs(meta, dtype, cfg, extra)
     compiled = _run(name, device, fn, grid(cfg), args_of(cfg), kwargs)
     _record(name, cfg, compiled, _SOURCES[memo])
     return cfg
@@ -362,7 +370,7 @@ def _choose(name, fn, grid, args_of, meta, dtype, device, key, gpu_names, extra)
     def misfit(cfg: KernelConfig) -> str | None:
         """Why ``cfg`` cannot run here (a compile failure, too much shared memory), or None."""
         try:
-            kwargs = {**_constexprs(meta, dtype, cfg), **extra}
+            kwargs = _kwargs(meta, dtype, cfg, extra)
             compiled = fn.warmup(*args_of(cfg), grid=grid(cfg), **kwargs)
         except Exception as exc:  # a compiler crash on one candidate must not fail the call
             return str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
@@ -428,7 +436,7 @@ def _choose(name, fn, grid, args_of, meta, dtype, device, key, gpu_names, extra)
 
 def _time(fn, grid, args, meta, dtype, cfg: KernelConfig, extra: dict) -> float:
     """Median ms of one launch with ``cfg``."""
-    kw = {**_constexprs(meta, dtype, cfg), **extra}
+    kw = _kwargs(meta, dtype, cfg, extra)
     # The median: one slow outlier must not decide.
     return triton.testing.do_bench(
         lambda: fn[grid(cfg)](*args, **kw), warmup=5, rep=20, return_mode="median"
@@ -461,5 +469,5 @@ def launch_guarded_redo(
     the config the first launch chose, no tuning of its own, not recorded in
     :func:`launched_kernels`. Its programs return at once unless the first launch flagged
     them (see ``forward._attn_fwd``, ``backward._bwd_dkdv``, ``backward._bwd_dq``)."""
-    kwargs = {**_constexprs(meta, dtype, cfg), **extra, "GUARD": True}
+    kwargs = {**_kwargs(meta, dtype, cfg, extra), "GUARD": True}
     _run(f"{name} (guarded)", device, fn, grid, args(cfg) if callable(args) else args, kwargs)

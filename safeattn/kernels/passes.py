@@ -320,6 +320,7 @@ def backward(
     kv_grid = lambda c: (triton.cdiv(meta.seq_k, c.block_n), meta.batch * heads_kv)
     kv_extra = {"GQA": group_kv > 1, "GROUP": group_kv, "USE_TMA": tma,
                 "HAS_DROPOUT": meta.dropout_p > 0, "FOLD_DELTA": hopper.fold_delta(tma, bd),
+                "PAIR_STATS": lambda c: hopper.pair_stats(dev, c),  # by config: launch._kwargs
                 "NO_TAIL": meta.no_tail(edge, "bwd_dkdv")}
     # One launch, or (hopper.split_dkdv) dV then dK, each tuned, flagged and redone on its own;
     # every first launch rewrites all of `leaked`, so the halves share it.
