@@ -160,10 +160,8 @@ def _signature(fn, dtype: torch.dtype, variant: str, constexprs: dict, head_dim:
     return signature, consts, attrs
 
 
-def _constexprs(
-    kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: int, variant: str,
-    capability: int = 90,
-):  # fmt: skip
+def _constexprs(kernel: str, cfg: KernelConfig, dtype: torch.dtype, head_dim: int, variant: str,
+                capability: int = 90):  # fmt: skip
     masked, base = variant in _MASKED_VARIANTS, kernel.removesuffix("_tma")  # _tma: same kernel
     half = dtype != torch.float32  # fp16/bf16
     if base == "bwd_preprocess":
@@ -237,11 +235,8 @@ def audit_one(
     row = dict(kernel=kernel, arch=arch.name, dtype=_DTYPE_NAMES[dtype], head_dim=head_dim,
                variant=variant, config=str(cfg), smem_limit=arch.smem_optin_bytes)  # fmt: skip
     try:
-        compiled = triton.compile(
-            src,
-            target=GPUTarget("cuda", arch.capability, 32),
-            options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
-        )
+        opts = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+        compiled = triton.compile(src, target=GPUTarget("cuda", arch.capability, 32), options=opts)
     except Exception as exc:  # e.g. ptxas crashing on one config: report it as a row
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return AuditRow(**row, shared_bytes=-1, registers=-1, spills=-1, fits=False,
