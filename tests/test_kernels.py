@@ -34,28 +34,33 @@ TEST_META = launch.Meta(
 
 
 def test_side_stream_switch(monkeypatch):
-    """dQ runs on a side stream on CUDA unless SAFEATTN_BWD_OVERLAP=0; never on the CPU or
-    under the interpreter (which has no streams to overlap)."""
+    """dQ runs on a side stream on CUDA unless SAFEATTN_BWD_OVERLAP says otherwise (2: dK/dV
+    on a high-priority one; 0: one after the other); never on the CPU or under the
+    interpreter (which has no streams to overlap); anything else is refused by name."""
     cuda = torch.device("cuda", 0)
     monkeypatch.setattr(launch, "INTERPRET", False)
     monkeypatch.delenv(passes.OVERLAP_ENV, raising=False)
-    assert passes._overlap(cuda)
-    assert not passes._overlap(torch.device("cpu"))
-    monkeypatch.setenv(passes.OVERLAP_ENV, "0")
-    assert not passes._overlap(cuda)
+    assert passes._overlap(cuda) == "1"
+    assert passes._overlap(torch.device("cpu")) == "0"
+    for setting in ("0", "1", "2"):
+        monkeypatch.setenv(passes.OVERLAP_ENV, setting)
+        assert passes._overlap(cuda) == setting
+    monkeypatch.setenv(passes.OVERLAP_ENV, "yes")
+    with pytest.raises(ValueError, match="SAFEATTN_BWD_OVERLAP"):
+        passes._overlap(cuda)
     monkeypatch.setenv(passes.OVERLAP_ENV, "1")
     monkeypatch.setattr(launch, "INTERPRET", True)
-    assert not passes._overlap(cuda)
+    assert passes._overlap(cuda) == "0"
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("stream", ["default", "caller"])
 def test_side_stream_dq_gives_the_serial_gradients(stream, device, monkeypatch):
-    """dQ beside dK/dV on a side stream gives bit for bit the gradients of the two kernels
-    one after the other (SAFEATTN_BWD_OVERLAP=0): the same kernels and configs, run at the
-    same time. A causal GQA call with left padding and NaN in the excluded keys takes the
-    guarded second launches on both streams; ``caller``: the call runs on a stream of its own,
-    which the side stream must wait for and join."""
+    """dQ beside dK/dV on a side stream (SAFEATTN_BWD_OVERLAP=1, or dK/dV on a high-priority one: 2)
+    gives bit for bit the gradients of the two kernels one after the other (=0): the same kernels
+    and configs, run at the same time. A causal GQA call with left padding and NaN in the excluded
+    keys takes the guarded second launches on both streams; ``caller``: the call runs on a stream of
+    its own, which the side stream must wait for and join."""
     b, hq, hkv, n, d = 2, 8, 2, 1000, 128
     q, k, v = rand_qkv(b, hq, hkv, n, n, d, torch.bfloat16, device, seed=16)
     do = torch.randn(q.shape, device=device).to(q.dtype)
@@ -65,7 +70,7 @@ def test_side_stream_dq_gives_the_serial_gradients(stream, device, monkeypatch):
     v[0, :, :300] = float("nan")
     kw = dict(causal=True, key_mask=key_mask)
     runs = {}
-    for setting in ("0", "1"):
+    for setting in ("0", "1", "2"):
         monkeypatch.setenv(passes.OVERLAP_ENV, setting)
         caller = torch.cuda.Stream() if stream == "caller" else torch.cuda.current_stream()
         caller.wait_stream(torch.cuda.current_stream())
@@ -73,10 +78,11 @@ def test_side_stream_dq_gives_the_serial_gradients(stream, device, monkeypatch):
             runs[setting] = fwd_bwd(safeattn.attention, q, k, v, do, **kw)
         torch.cuda.current_stream().wait_stream(caller)
     torch.cuda.synchronize()
-    for name, serial, overlap in zip(("out", "lse", "dq", "dk", "dv"), runs["0"], runs["1"],
-                                     strict=True):  # fmt: skip
-        assert serial is None or torch.equal(serial, overlap), name
-    assert torch.isfinite(runs["1"][2]).all(), "dq leaked the excluded NaN keys"
+    for setting in ("1", "2"):
+        for name, serial, overlap in zip(("out", "lse", "dq", "dk", "dv"), runs["0"],
+                                         runs[setting], strict=True):  # fmt: skip
+            assert serial is None or torch.equal(serial, overlap), (setting, name)
+        assert torch.isfinite(runs[setting][2]).all(), "dq leaked the excluded NaN keys"
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["dense", "causal"])

@@ -7,7 +7,8 @@
 #   device: STEPS="suites d256 tests" BASE=<commit> setsid bash docs/perf/device_session.sh \
 #             >/dev/null 2>&1 & echo $! >/tmp/sess.pid; bash docs/perf/device_poll.sh
 #
-# Steps (STEPS, in this order; default: ab probe ncu suites tests), each logged under $S
+# REF (default main) names the commit to run. Steps (STEPS, in this order; default: ab probe
+# ncu suites tests), each logged under $S
 # (default /tmp/sess):
 #   smoke   pytest --gpu -x on $SMOKE_TESTS (pytest node ids) before anything else; a failure
 #           ends the session there (no tune, no suites on a kernel that is wrong)
@@ -29,8 +30,9 @@
 #           LiveBuildResourcesSuite, ModelStepSuite)
 #   live    docs/perf/live_builds_ptxas.py: every live build's resources under Triton's bundled
 #           ptxas (4 parallel shards, cold compiles) and under torch's (the suites' cache)
-#   overlap docs/perf/bwd_overlap_ab.py --flex: SAFEATTN_BWD_OVERLAP=0 against 1, alternating in one
-#           process, 3 rounds (and FlexAttention on the rows where safeattn trailed it)
+#   overlap docs/perf/bwd_overlap_ab.py $OVERLAP_ARGS (default --flex): SAFEATTN_BWD_OVERLAP=0 against
+#           1, alternating in one process, 3 rounds (and FlexAttention on the rows where safeattn
+#           trailed it)
 #   reload  docs/perf/dkdv_tiles_probe.py --causal at D=256 and 128: HEAD, then HEAD with
 #           docs/perf/session_no_tail_2026-11-29/reload_kv.patch and SAFEATTN_RELOAD_KV (static-only lever)
 #   d256    docs/perf/tree_ab.py --d256: HEAD against cuDNN at D=256 N=4096
@@ -52,6 +54,9 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.used --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 rm -rf /tmp/r /tmp/base
 git clone -q -b main .bundle/repo.bundle /tmp/r && cp -r .whl /tmp/r/
+# REF: another commit of the bundle to run (a branch as origin/<name>), e.g. picked by a step
+# of an earlier session on the same machine
+[ -n "${REF:-}" ] && git -C /tmp/r checkout -q "$REF"
 if want ab || { want gqa && [[ " ${GQA_TREES:-base} " == *" base "* ]]; }; then
   mkdir -p /tmp/base && git -C /tmp/r archive "${BASE:?BASE=<commit>}" safeattn | tar -x -C /tmp/base
 fi
@@ -191,7 +196,9 @@ fi
 
 if want overlap; then
 step overlap
-timeout "${OVERLAP_S:-420}" python3 docs/perf/bwd_overlap_ab.py --flex >>"$S/overlap.jsonl" 2>>"$S/overlap.err"
+# shellcheck disable=SC2086  # OVERLAP_ARGS is a word list
+timeout "${OVERLAP_S:-420}" python3 docs/perf/bwd_overlap_ab.py ${OVERLAP_ARGS:---flex} \
+  >>"$S/overlap.jsonl" 2>>"$S/overlap.err"
 echo "overlap rc=$?"
 python3 docs/perf/bwd_overlap_ab.py --table "$S/overlap.jsonl" >"$S/overlap.txt" 2>&1
 fi

@@ -173,23 +173,32 @@ def _per_query_head(group: int, dtype: torch.dtype) -> bool:
 
 
 OVERLAP_ENV = "SAFEATTN_BWD_OVERLAP"
-_SIDE_STREAMS: dict[int, torch.cuda.Stream] = {}
+_SIDE_STREAMS: dict[tuple[int, int], torch.cuda.Stream] = {}
 
 
-def _overlap(device: torch.device) -> bool:
-    """Run the dQ kernel on a side stream, beside dK/dV (CUDA; ``$SAFEATTN_BWD_OVERLAP=0``:
-    one after the other on the caller's stream). Why: the two kernels read the same inputs
-    and write different outputs, and each ends in a tail of idle SMs that the other can
-    fill, as in FlexAttention's backward, which launches both program kinds as one grid."""
-    on = os.environ.get(OVERLAP_ENV, "1").strip() != "0"
-    return on and device.type == "cuda" and not launch.INTERPRET
+def _overlap(device: torch.device) -> str:
+    """How the dQ and dK/dV kernels share the GPU (CUDA; ``$SAFEATTN_BWD_OVERLAP``): "1"
+    (default) dQ on a side stream, beside dK/dV; "2" dK/dV on a high-priority side stream,
+    so the block scheduler hands freed SMs to its programs first and dQ's fill the tail;
+    "0" one after the other on the caller's stream. Why beside: the two kernels read the
+    same inputs and write different outputs, and each ends in a tail of idle SMs that the
+    other can fill, as in FlexAttention's backward, which launches both program kinds as
+    one grid."""
+    mode = os.environ.get(OVERLAP_ENV, "1").strip()
+    if mode not in ("0", "1", "2"):
+        raise ValueError(f"{OVERLAP_ENV} must be 0, 1 or 2, not {mode!r}")
+    return mode if device.type == "cuda" and not launch.INTERPRET else "0"
 
 
-def _side_stream(device: torch.device) -> torch.cuda.Stream:
+def _side_stream(device: torch.device, priority: int = 0) -> torch.cuda.Stream:
     index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _SIDE_STREAMS:
-        _SIDE_STREAMS[index] = torch.cuda.Stream(device=index)
-    return _SIDE_STREAMS[index]
+    if (index, priority) not in _SIDE_STREAMS:
+        _SIDE_STREAMS[index, priority] = torch.cuda.Stream(device=index, priority=priority)
+    return _SIDE_STREAMS[index, priority]
+
+
+def _on(stream) -> contextlib.AbstractContextManager:
+    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
 
 
 @functools.cache
@@ -262,10 +271,12 @@ def backward(
     # returning. First, so that a tuner's timing of either (triton's do_bench synchronises
     # the device before it times) never runs beside the other kernel.
     main = torch.cuda.current_stream(dev) if dev.type == "cuda" else None
-    side = _side_stream(dev) if _overlap(dev) else None
+    mode = _overlap(dev)
+    side = None if mode == "0" else _side_stream(dev, -1 if mode == "2" else 0)
+    q_stream, kv_stream = (side, None) if mode == "1" else (None, side)
     if side is not None:
         side.wait_stream(main)
-    with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+    with _on(q_stream):
         tiles = _tile_args(summary, False, q)
         # The dQ kernel flags and redoes its programs the same way (backward._bwd_dq).
         leaked_q = _leak_flags(meta, meta.seq_q, meta.heads_q, q)
@@ -291,51 +302,52 @@ def backward(
         if may_empty:
             launch.launch_guarded_redo("bwd_dq", _bwd_dq, redo_grid(q_grid(cfg)), q_args, meta,
                                        dt, dev, cfg, extra)  # fmt: skip
-    tiles_t = _tile_args(summary, True, q)
-    # The dK/dV kernel's heads: the K/V heads, or (fp32 GQA, _per_query_head) the query heads
-    # on K and V repeated over the group, the group summed after the kernel.
-    per_head = _per_query_head(group, dt)
-    heads_kv, group_kv, k_kv, v_kv, dk_kv, dv_kv = meta.heads_kv, group, k, v, dk, dv
-    if per_head:
-        heads_kv, group_kv = meta.heads_q, 1
-        k_kv, v_kv = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        dk_kv, dv_kv = torch.empty_like(k_kv), torch.empty_like(v_kv)
-    # Where a row can be empty, the dK/dV kernel flags its programs whose results leaked
-    # NaN/Inf from an empty row, and a second launch redoes them (backward._bwd_dkdv).
-    leaked = _leak_flags(meta, meta.seq_k, heads_kv, q)
-    kv_args = launch.per_config(lambda c: (
-        q, k_kv, v_kv, dout, lse2, delta, dk_kv, dv_kv, leaked, seed, km, am, cu_q, cu_k,
-        *tiles_t[:4], *descs(c, [q, k_kv, v_kv, dout, dk_kv, dv_kv], "mnnmnn"),
-        *half_descs(c), *common,
-        *_dense_strides(q, meta.varlen), *_dense_strides(k_kv, meta.varlen),
-        *_dense_strides(v_kv, meta.varlen), *_dense_strides(dout, meta.varlen),
-        *_dense_strides(dk_kv, meta.varlen), *_dense_strides(dv_kv, meta.varlen),
-        *_lse_strides(lse2, meta.varlen), *km_s, *am_s, *tiles_t[4:],
-        heads_kv, group_kv, meta.seq_q, meta.seq_k,
-        meta.window_left, meta.window_right, meta.head_dim,
-        schedule.sched_chunk(
-            c, *kv_grid(c), _head_bytes(meta.seq_q, meta, q) * group_kv, dev, may_empty
-        ),
-    ))  # fmt: skip
-    kv_grid = lambda c: (triton.cdiv(meta.seq_k, c.block_n), meta.batch * heads_kv)
-    kv_extra = {"GQA": group_kv > 1, "GROUP": group_kv, "USE_TMA": tma,
-                "HAS_DROPOUT": meta.dropout_p > 0, "FOLD_DELTA": hopper.fold_delta(tma, bd),
-                "PAIR_STATS": lambda c: hopper.pair_stats(dev, c),  # by config: launch._kwargs
-                "NO_TAIL": meta.no_tail(edge, "bwd_dkdv")}
-    # One launch, or (hopper.split_dkdv) dV then dK, each tuned, flagged and redone on its own;
-    # every first launch rewrites all of `leaked`, so the halves share it.
-    split = hopper.split_dkdv(tma, bd)
-    for name, part in (configs.SPLIT_PARTS if split else {"bwd_dkdv": 0}).items():
-        part_extra = {**kv_extra, "PART": part} if part else kv_extra
-        cfg = launch._launch(
-            name, _bwd_dkdv, kv_grid, kv_args, meta, dt, dev, meta.seq_q, meta.seq_k, part_extra
-        )
-        if may_empty:
-            launch.launch_guarded_redo(name, _bwd_dkdv, redo_grid(kv_grid(cfg)), kv_args, meta,
-                                       dt, dev, cfg, part_extra)  # fmt: skip
-    if per_head:  # heads are dim 1 in both layouts, (B, H, N, D) and varlen (T, H, D)
-        dk.copy_(dk_kv.unflatten(1, (meta.heads_kv, group)).sum(2))
-        dv.copy_(dv_kv.unflatten(1, (meta.heads_kv, group)).sum(2))
+    with _on(kv_stream):
+        tiles_t = _tile_args(summary, True, q)
+        # The dK/dV kernel's heads: the K/V heads, or (fp32 GQA, _per_query_head) the query heads
+        # on K and V repeated over the group, the group summed after the kernel.
+        per_head = _per_query_head(group, dt)
+        heads_kv, group_kv, k_kv, v_kv, dk_kv, dv_kv = meta.heads_kv, group, k, v, dk, dv
+        if per_head:
+            heads_kv, group_kv = meta.heads_q, 1
+            k_kv, v_kv = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+            dk_kv, dv_kv = torch.empty_like(k_kv), torch.empty_like(v_kv)
+        # Where a row can be empty, the dK/dV kernel flags its programs whose results leaked
+        # NaN/Inf from an empty row, and a second launch redoes them (backward._bwd_dkdv).
+        leaked = _leak_flags(meta, meta.seq_k, heads_kv, q)
+        kv_args = launch.per_config(lambda c: (
+            q, k_kv, v_kv, dout, lse2, delta, dk_kv, dv_kv, leaked, seed, km, am, cu_q, cu_k,
+            *tiles_t[:4], *descs(c, [q, k_kv, v_kv, dout, dk_kv, dv_kv], "mnnmnn"),
+            *half_descs(c), *common,
+            *_dense_strides(q, meta.varlen), *_dense_strides(k_kv, meta.varlen),
+            *_dense_strides(v_kv, meta.varlen), *_dense_strides(dout, meta.varlen),
+            *_dense_strides(dk_kv, meta.varlen), *_dense_strides(dv_kv, meta.varlen),
+            *_lse_strides(lse2, meta.varlen), *km_s, *am_s, *tiles_t[4:],
+            heads_kv, group_kv, meta.seq_q, meta.seq_k,
+            meta.window_left, meta.window_right, meta.head_dim,
+            schedule.sched_chunk(
+                c, *kv_grid(c), _head_bytes(meta.seq_q, meta, q) * group_kv, dev, may_empty
+            ),
+        ))  # fmt: skip
+        kv_grid = lambda c: (triton.cdiv(meta.seq_k, c.block_n), meta.batch * heads_kv)
+        kv_extra = {"GQA": group_kv > 1, "GROUP": group_kv, "USE_TMA": tma,
+                    "HAS_DROPOUT": meta.dropout_p > 0, "FOLD_DELTA": hopper.fold_delta(tma, bd),
+                    "PAIR_STATS": lambda c: hopper.pair_stats(dev, c),  # by config: launch._kwargs
+                    "NO_TAIL": meta.no_tail(edge, "bwd_dkdv")}
+        # One launch, or (hopper.split_dkdv) dV then dK, each tuned, flagged and redone on its own;
+        # every first launch rewrites all of `leaked`, so the halves share it.
+        split = hopper.split_dkdv(tma, bd)
+        for name, part in (configs.SPLIT_PARTS if split else {"bwd_dkdv": 0}).items():
+            part_extra = {**kv_extra, "PART": part} if part else kv_extra
+            cfg = launch._launch(
+                name, _bwd_dkdv, kv_grid, kv_args, meta, dt, dev, meta.seq_q, meta.seq_k, part_extra
+            )
+            if may_empty:
+                launch.launch_guarded_redo(name, _bwd_dkdv, redo_grid(kv_grid(cfg)), kv_args, meta,
+                                           dt, dev, cfg, part_extra)  # fmt: skip
+        if per_head:  # heads are dim 1 in both layouts, (B, H, N, D) and varlen (T, H, D)
+            dk.copy_(dk_kv.unflatten(1, (meta.heads_kv, group)).sum(2))
+            dv.copy_(dv_kv.unflatten(1, (meta.heads_kv, group)).sum(2))
 
     if side is not None:
         # Joined: whatever the caller does next on its stream (a free included: the caching
