@@ -34,13 +34,13 @@ TEST_META = launch.Meta(
 
 
 def test_side_stream_switch(monkeypatch):
-    """dK/dV runs on a high-priority side stream on CUDA unless SAFEATTN_BWD_OVERLAP says
-    otherwise (1: dQ on a side stream; 0: one after the other); never on the CPU or under the
+    """dQ runs on a side stream on CUDA unless SAFEATTN_BWD_OVERLAP says otherwise (2: dK/dV
+    on a high-priority one; 0: one after the other); never on the CPU or under the
     interpreter (which has no streams to overlap); anything else is refused by name."""
     cuda = torch.device("cuda", 0)
     monkeypatch.setattr(launch, "INTERPRET", False)
     monkeypatch.delenv(passes.OVERLAP_ENV, raising=False)
-    assert passes._overlap(cuda) == "2"
+    assert passes._overlap(cuda) == "1"
     assert passes._overlap(torch.device("cpu")) == "0"
     for setting in ("0", "1", "2"):
         monkeypatch.setenv(passes.OVERLAP_ENV, setting)

@@ -177,15 +177,14 @@ _SIDE_STREAMS: dict[tuple[int, int], torch.cuda.Stream] = {}
 
 
 def _overlap(device: torch.device) -> str:
-    """How the dQ and dK/dV kernels share the GPU (CUDA; ``$SAFEATTN_BWD_OVERLAP``): "2"
-    (default) dK/dV on a high-priority side stream, dQ on the caller's; "1" dQ on a side
-    stream, beside dK/dV; "0" one after the other on the caller's stream. Why beside: the two
-    kernels read the same inputs and write different outputs, and each ends in a tail of idle
-    SMs that the other can fill, as in FlexAttention's backward, which launches both program
-    kinds as one grid. Why the priority: the block scheduler then hands the SMs that free up
-    to dK/dV's programs (the longer ones) from dQ's first wave on, and dQ's shorter programs
-    fill the last tail (docs/perf/session_kvfirst_2026-12-04)."""
-    mode = os.environ.get(OVERLAP_ENV, "2").strip()
+    """How the dQ and dK/dV kernels share the GPU (CUDA; ``$SAFEATTN_BWD_OVERLAP``): "1"
+    (default) dQ on a side stream, beside dK/dV; "2" dK/dV on a high-priority side stream,
+    so the block scheduler hands freed SMs to its programs first and dQ's fill the tail;
+    "0" one after the other on the caller's stream. Why beside: the two kernels read the
+    same inputs and write different outputs, and each ends in a tail of idle SMs that the
+    other can fill, as in FlexAttention's backward, which launches both program kinds as
+    one grid."""
+    mode = os.environ.get(OVERLAP_ENV, "1").strip()
     if mode not in ("0", "1", "2"):
         raise ValueError(f"{OVERLAP_ENV} must be 0, 1 or 2, not {mode!r}")
     return mode if device.type == "cuda" and not launch.INTERPRET else "0"
@@ -268,9 +267,9 @@ def backward(
         return tuple(hopper.descriptors([q, dout], [c.block_m // 2] * 2, bd))
 
     may_empty = meta.may_have_empty_rows
-    # dQ first, dK/dV on a side stream beside it (_overlap), joined before returning. First,
-    # so that a tuner's timing of either (triton's do_bench synchronises the device before it
-    # times) never runs beside the other kernel.
+    # dQ first, on the side stream where it overlaps dK/dV (_overlap), joined before
+    # returning. First, so that a tuner's timing of either (triton's do_bench synchronises
+    # the device before it times) never runs beside the other kernel.
     main = torch.cuda.current_stream(dev) if dev.type == "cuda" else None
     mode = _overlap(dev)
     side = None if mode == "0" else _side_stream(dev, -1 if mode == "2" else 0)
