@@ -93,7 +93,7 @@ def table(path: str) -> None:
         by[r["shape"]][r["label"]].append(r["ms"])
     labels = [lb for lb in (*LABELS.values(), "flex") if any(lb in t for t in by.values())]
     print(f"{'shape':30s} " + " ".join(f"{lb + ' ms':>12s}" for lb in labels)
-          + " " + " ".join(f"{lb + '/ser':>12s}" for lb in labels[1:])
+          + " " + " ".join(f"{lb + '/' + labels[0][:3]:>12s}" for lb in labels[1:])
           + "   (medians over rounds)")  # fmt: skip
     for shape, t in by.items():
         ms = [statistics.median(t[lb]) if t.get(lb) else float("nan") for lb in labels]

@@ -183,7 +183,8 @@ def _overlap(device: torch.device) -> str:
     "0" one after the other on the caller's stream. Why beside: the two kernels read the
     same inputs and write different outputs, and each ends in a tail of idle SMs that the
     other can fill, as in FlexAttention's backward, which launches both program kinds as
-    one grid."""
+    one grid. "2" is not the default: 0.995x the time of "1" on the H200 (one-process A/B,
+    docs/perf/session_kvfirst_2026-12-04), short of the bar set before it was measured."""
     mode = os.environ.get(OVERLAP_ENV, "1").strip()
     if mode not in ("0", "1", "2"):
         raise ValueError(f"{OVERLAP_ENV} must be 0, 1 or 2, not {mode!r}")
