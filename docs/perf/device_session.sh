@@ -4,6 +4,9 @@
 # which hands back all of $S as one file each time (a released machine loses the rest).
 #
 #   here:   git bundle create .bundle/repo.bundle main        (carry .bundle and .whl)
+#           or, where the tree, .whl and a full-history bundle go over the device tool's 64 MiB
+#           carry limit (2026-12-04: 45 + 8 + 13 MB): a shallow bare clone under the same name,
+#           git clone --bare --depth 2 --no-single-branch file://$PWD .bundle/repo.bundle
 #   device: STEPS="suites d256 tests" BASE=<commit> setsid bash docs/perf/device_session.sh \
 #             >/dev/null 2>&1 & echo $! >/tmp/sess.pid; bash docs/perf/device_poll.sh
 #
