@@ -33,7 +33,6 @@ MASKED = [(128, "key_padding_causal"), (128, "bool_mask"), (128, "sliding_window
           (128, "varlen_docs"), (64, "key_padding_causal")]  # fmt: skip
 REPS, SAMPLES = 3, 15
 LABELS = {"0": "serial", "1": "overlap", "2": "kv_first"}
-SETTINGS = ["0", "1"]
 
 
 def grad_fn(call, inputs):
@@ -53,17 +52,17 @@ def median_ms(fn) -> float:
     return statistics.median(cuda_event_samples(fn, SAMPLES))
 
 
-def measure(shape: str, fn) -> None:
-    """REPS rounds of SETTINGS in turn, one JSON line per measurement."""
+def measure(shape: str, fn, settings: list[str]) -> None:
+    """REPS rounds of ``settings`` in turn, one JSON line per measurement."""
     for rep in range(REPS):
-        for setting in SETTINGS:
+        for setting in settings:
             os.environ["SAFEATTN_BWD_OVERLAP"] = setting
             label = LABELS[setting]
             print(json.dumps(dict(label=label, shape=shape, rep=rep, ms=round(median_ms(fn), 4))),
                   flush=True)  # fmt: skip
 
 
-def main(dtype: str, flex: bool, quick: bool = False) -> None:
+def main(dtype: str, flex: bool, quick: bool, settings: list[str]) -> None:
     import torch
 
     from benchmarks import _masks
@@ -71,8 +70,9 @@ def main(dtype: str, flex: bool, quick: bool = False) -> None:
 
     for d, n, causal, gqa in QUICK if quick else DENSE:
         shape = f"D={d} N={n} {'causal' if causal else 'dense'} gqa={gqa}"
-        measure(shape, grad_fn(attention_call("safeattn", causal, n, gqa),
-                               attention_inputs("safeattn", dtype, n, d, gqa)))  # fmt: skip
+        fn = grad_fn(attention_call("safeattn", causal, n, gqa),
+                     attention_inputs("safeattn", dtype, n, d, gqa))  # fmt: skip
+        measure(shape, fn, settings)
         if flex and (d, n, causal, gqa) in FLEX_ROWS:
             fn = grad_fn(attention_call("flex", causal, n, gqa),
                          attention_inputs("flex", dtype, n, d, gqa))  # fmt: skip
@@ -81,7 +81,7 @@ def main(dtype: str, flex: bool, quick: bool = False) -> None:
         torch.cuda.empty_cache()
     for d, mask in MASKED[:1] if quick else MASKED:
         case = _masks.mask_case(mask, "safeattn", dtype, d)
-        measure(f"D={d} {mask}", grad_fn(case.call, case.inputs))
+        measure(f"D={d} {mask}", grad_fn(case.call, case.inputs), settings)
         del case
         torch.cuda.empty_cache()
 
@@ -109,8 +109,7 @@ if __name__ == "__main__":
     ap.add_argument("--settings", default="0,1", help="SAFEATTN_BWD_OVERLAP values, in turn")
     ap.add_argument("--table")
     args = ap.parse_args()
-    SETTINGS[:] = args.settings.split(",")
     if args.table:
         table(args.table)
     else:
-        main(args.dtype, args.flex, args.quick)
+        main(args.dtype, args.flex, args.quick, args.settings.split(","))

@@ -10,8 +10,7 @@
 #   device: STEPS="suites d256 tests" BASE=<commit> setsid bash docs/perf/device_session.sh \
 #             >/dev/null 2>&1 & echo $! >/tmp/sess.pid; bash docs/perf/device_poll.sh
 #
-# REF (default main) names the commit to run. Steps (STEPS, in this order; default: ab probe
-# ncu suites tests), each logged under $S
+# Steps (STEPS, in this order; default: ab probe ncu suites tests), each logged under $S
 # (default /tmp/sess):
 #   smoke   pytest --gpu -x on $SMOKE_TESTS (pytest node ids) before anything else; a failure
 #           ends the session there (no tune, no suites on a kernel that is wrong)
@@ -57,9 +56,6 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.used --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 rm -rf /tmp/r /tmp/base
 git clone -q -b main .bundle/repo.bundle /tmp/r && cp -r .whl /tmp/r/
-# REF: another commit of the bundle to run (a branch as origin/<name>), e.g. picked by a step
-# of an earlier session on the same machine
-[ -n "${REF:-}" ] && git -C /tmp/r checkout -q "$REF"
 if want ab || { want gqa && [[ " ${GQA_TREES:-base} " == *" base "* ]]; }; then
   mkdir -p /tmp/base && git -C /tmp/r archive "${BASE:?BASE=<commit>}" safeattn | tar -x -C /tmp/base
 fi

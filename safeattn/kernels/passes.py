@@ -268,9 +268,9 @@ def backward(
         return tuple(hopper.descriptors([q, dout], [c.block_m // 2] * 2, bd))
 
     may_empty = meta.may_have_empty_rows
-    # dQ first, on the side stream where it overlaps dK/dV (_overlap), joined before
-    # returning. First, so that a tuner's timing of either (triton's do_bench synchronises
-    # the device before it times) never runs beside the other kernel.
+    # dQ first, with one of the two kernels on a side stream beside the other (_overlap),
+    # joined before returning. First, so that a tuner's timing of either (triton's do_bench
+    # synchronises the device before it times) never runs beside the other kernel.
     main = torch.cuda.current_stream(dev) if dev.type == "cuda" else None
     mode = _overlap(dev)
     side = None if mode == "0" else _side_stream(dev, -1 if mode == "2" else 0)
